@@ -1,0 +1,46 @@
+// larql — command-line entry point. Each verb lives in its own file; this only dispatches and
+// turns errors into "error: ..." on stderr with a non-zero exit.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <new>
+
+#include "cli/common.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"larql — run and query transformer models (GGUF) on the CPU"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "larql 0.1.0");
+  larql::cli::register_run(app);
+  larql::cli::register_chat(app);
+  larql::cli::register_show(app);
+  larql::cli::register_tokenize(app);
+  larql::cli::register_perplexity(app);
+  larql::cli::register_bench(app);
+  larql::cli::register_engines(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "Run with --help for usage.\n");
+    return 2;
+  } catch (const larql::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "\nerror: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nerror: internal: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

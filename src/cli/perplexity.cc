@@ -1,0 +1,117 @@
+// `larql perplexity MODEL FILE`: perplexity of a text, optionally writing every position's
+// logits as .npy [positions, vocab] f32 for comparison with other tools.
+// Perplexity = exp(mean_{i=1..n-1} -log p(x_i | x_<i)), nats inside (BOS is not predicted).
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/common.h"
+#include "cli/progress.h"
+#include "util/error.h"
+
+namespace larql::cli {
+namespace {
+
+struct PplArgs {
+  std::string model, file, logits_out;
+  int64_t max_tokens = 0;
+  int threads = 0;
+  bool json = false;
+};
+
+/// Minimal .npy v1.0 writer (format: numpy.lib.format), streaming rows.
+class NpyWriter {
+ public:
+  NpyWriter(const std::string& path, int64_t rows, int64_t cols) : path_(path), out_(path, std::ios::binary) {
+    if (!out_) throw Error(ErrorKind::Io, path + ": cannot open for writing");
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+    const size_t unpadded = 10 + dict.size() + 1;
+    dict += std::string((64 - unpadded % 64) % 64, ' ') + "\n";
+    const uint16_t hlen = static_cast<uint16_t>(dict.size());
+    out_.write("\x93NUMPY\x01\x00", 8);
+    out_.write(reinterpret_cast<const char*>(&hlen), 2);
+    out_ << dict;
+  }
+  void rows(const float* p, size_t n) { out_.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n * 4)); }
+  void close() {
+    out_.flush();
+    if (!out_) throw Error(ErrorKind::Io, path_ + ": write failed (disk full?)");
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+void run(const PplArgs& a) {
+  std::ifstream in(a.file, std::ios::binary);
+  if (!in) throw Error(ErrorKind::NotFound, a.file + ": cannot open text file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Loaded l = load(a.model, a.threads);
+  const ModelConfig& c = l.model->config();
+  auto ids = l.tokenizer.encode(ss.str(), l.tokenizer.add_bos(), /*parse_special=*/false);
+  if (a.max_tokens < 0) throw Error(ErrorKind::InvalidArgument, "--max-tokens must be >= 0");
+  if (a.max_tokens > 0 && static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(static_cast<size_t>(a.max_tokens));
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n < 2) throw Error(ErrorKind::InvalidArgument, a.file + ": needs at least one token after BOS to score");
+  if (n > c.context_length)
+    throw Error(ErrorKind::ContextOverflow, a.file + ": " + std::to_string(n) + " tokens exceed the context of " +
+                                                std::to_string(c.context_length) + " (use --max-tokens)");
+  std::unique_ptr<NpyWriter> npy;
+  if (!a.logits_out.empty()) npy = std::make_unique<NpyWriter>(a.logits_out, n, c.vocab);
+
+  KvCache cache(c);
+  std::vector<float> x(static_cast<size_t>(Forward::kChunk * c.hidden));
+  constexpr int64_t kLogitRows = 32;
+  std::vector<float> logits(static_cast<size_t>(kLogitRows * c.vocab));
+  double nll = 0;
+  Progress bar("scoring", n);
+  for (int64_t off = 0; off < n; off += Forward::kChunk) {
+    const int64_t m = std::min(Forward::kChunk, n - off);
+    l.forward->forward(ids.data() + off, m, cache, x.data());
+    for (int64_t r0 = 0; r0 < m; r0 += kLogitRows) {
+      const int64_t rn = std::min(kLogitRows, m - r0);
+      l.forward->logits(x.data() + r0 * c.hidden, rn, logits.data());
+      for (int64_t r = 0; r < rn; ++r) {
+        const int64_t pos = off + r0 + r;
+        if (pos + 1 >= n) break;
+        const float* lg = logits.data() + r * c.vocab;
+        double mx = lg[0];
+        for (int64_t v = 1; v < c.vocab; ++v) mx = std::max(mx, static_cast<double>(lg[v]));
+        double sum = 0;
+        for (int64_t v = 0; v < c.vocab; ++v) sum += std::exp(lg[v] - mx);
+        nll -= lg[ids[static_cast<size_t>(pos + 1)]] - mx - std::log(sum);
+      }
+      if (npy) npy->rows(logits.data(), static_cast<size_t>(rn * c.vocab));
+      bar.update(off + r0 + rn);
+    }
+  }
+  if (npy) npy->close();
+  const double mean = nll / static_cast<double>(n - 1);
+  if (a.json) {
+    nlohmann::json j = {{"tokens", n}, {"ids", ids}, {"nll_mean", mean}, {"perplexity", std::exp(mean)}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%lld tokens, mean NLL %.5f nats, perplexity %.4f\n", (long long)n, mean, std::exp(mean));
+  }
+}
+
+}  // namespace
+
+void register_perplexity(CLI::App& app) {
+  auto a = std::make_shared<PplArgs>();
+  CLI::App* s = app.add_subcommand("perplexity", "perplexity of a text file (every position scored)");
+  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("file", a->file, "UTF-8 text file")->required();
+  s->add_option("--max-tokens", a->max_tokens, "score only the first N tokens (BOS included)");
+  s->add_option("--logits-out", a->logits_out, "write logits [positions, vocab] f32 to this .npy");
+  s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  s->add_flag("--json", a->json, "print {tokens, ids, nll_mean, perplexity} as JSON");
+  s->callback([a] { run(*a); });
+}
+
+}  // namespace larql::cli

@@ -1,0 +1,100 @@
+// `larql run MODEL "prompt"`: generate a continuation, streaming tokens to stdout.
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/common.h"
+#include "kv/generate.h"
+#include "kv/registry.h"
+#include "util/error.h"
+
+namespace larql::cli {
+namespace {
+
+struct RunArgs {
+  std::string model, prompt, engine, prompt_file;
+  int64_t n = 128;
+  int threads = 0;
+  int64_t ctx_size = 0;
+  bool chat = false, json = false, seed_set = false;
+  std::vector<std::string> stop;
+  SamplerParams sampler;
+};
+
+void run(RunArgs& a) {
+  validate(a.sampler);
+  if (a.n < 0) throw Error(ErrorKind::InvalidArgument, "-n must be >= 0, got " + std::to_string(a.n));
+  if (a.engine.empty()) {
+    const char* env = std::getenv("LARQL_ENGINE");
+    a.engine = env != nullptr && *env != '\0' ? env : "standard";
+  }
+  const EngineSpec spec = parse_engine_spec(a.engine);  // fail on a bad spec before loading
+  if (!a.seed_set) a.sampler.seed = std::random_device{}();
+  std::string prompt = a.prompt;
+  if (!a.prompt_file.empty()) {
+    FILE* f = std::fopen(a.prompt_file.c_str(), "rb");
+    if (!f) throw Error(ErrorKind::NotFound, a.prompt_file + ": cannot open prompt file");
+    char buf[65536];
+    size_t got;
+    prompt.clear();
+    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) prompt.append(buf, got);
+    std::fclose(f);
+  }
+  Loaded l = load(a.model, a.threads);
+  const int64_t model_ctx = l.model->config().context_length;
+  if (a.ctx_size < 0 || a.ctx_size > model_ctx)
+    throw Error(ErrorKind::InvalidArgument, "--ctx-size must be in [1, " + std::to_string(model_ctx) + "]");
+  const int64_t ctx = a.ctx_size > 0 ? a.ctx_size : model_ctx;
+  if (a.chat) prompt = apply_gemma_chat_template({{"user", prompt}}, true);
+  const auto ids = l.tokenizer.encode(prompt, l.tokenizer.add_bos(), /*parse_special=*/true);
+  if (static_cast<int64_t>(ids.size()) > ctx)
+    throw Error(ErrorKind::ContextOverflow, "the prompt is " + std::to_string(ids.size()) +
+                                                " tokens, longer than the context of " + std::to_string(ctx) + " tokens");
+  GenerateOptions opt;
+  opt.max_tokens = std::min<int64_t>(a.n, ctx - static_cast<int64_t>(ids.size()));
+  opt.sampler = a.sampler;
+  opt.stop_strings = a.stop;
+  auto engine = make_engine(spec, l.forward);
+  std::function<void(std::string_view)> sink;
+  if (!a.json) {
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+    sink = [](std::string_view s) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  GenerateResult r = generate(*engine, *l.forward, l.tokenizer, ids, opt, sink);
+  if (a.json) {
+    nlohmann::json j = {{"prompt_ids", r.prompt_ids}, {"ids", r.ids}, {"text", r.text},
+                        {"stop_reason", r.stop_reason}, {"engine", spec.to_string()},
+                        {"prefill_tok_s", r.prefill_tok_s()}, {"decode_tok_s", r.decode_tok_s()}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr, "[%zu prompt tokens | prefill %.1f tok/s | %zu generated | decode %.1f tok/s | engine %s]\n",
+                 r.prompt_ids.size(), r.prefill_tok_s(), r.ids.size(), r.decode_tok_s(), spec.to_string().c_str());
+  }
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* s = app.add_subcommand("run", "generate a continuation of a prompt, streaming tokens");
+  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("prompt", a->prompt, "prompt text");
+  s->add_option("-f,--file", a->prompt_file, "read the prompt from a file");
+  s->add_option("-n,--n-predict", a->n, "tokens to generate at most")->capture_default_str();
+  add_sampler_flags(s, a->sampler, a->seed_set);
+  s->add_option("--engine", a->engine, "KV engine spec (default: $LARQL_ENGINE or standard); see `larql engines`");
+  s->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
+  s->add_option("--stop", a->stop, "stop before this string (repeatable)");
+  s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  s->add_option("-c,--ctx-size", a->ctx_size, "context size in tokens (default: the model's)");
+  s->add_flag("--json", a->json, "print one JSON object instead of streaming");
+  s->callback([a] { run(*a); });
+}
+
+}  // namespace larql::cli

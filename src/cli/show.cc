@@ -1,0 +1,91 @@
+// `larql show MODEL`: architecture, metadata and the tensor table.
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+#include "formats/gguf.h"
+
+namespace larql::cli {
+namespace {
+
+struct ShowArgs {
+  std::string model;
+  bool json = false, tensors = false;
+};
+
+std::string dims_str(const std::vector<uint64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+void run(const ShowArgs& a) {
+  auto m = Model::load(resolve_model(a.model));
+  const ModelConfig& c = m->config();
+  const GgufFile& f = m->file();
+  std::map<std::string, std::pair<size_t, size_t>> by_type;  // dtype -> (count, bytes)
+  size_t total = 0;
+  for (const auto& t : f.tensors()) {
+    auto& e = by_type[dtype_name(t.type)];
+    e.first++;
+    e.second += t.nbytes;
+    total += t.nbytes;
+  }
+  std::string globals;
+  for (size_t i = 0; i < c.layers.size(); ++i)
+    if (!c.layers[i].sliding) globals += (globals.empty() ? "" : ",") + std::to_string(i);
+  if (a.json) {
+    nlohmann::json j = {{"path", m->path()}, {"name", c.name}, {"architecture", c.arch},
+                        {"layers", c.n_layers}, {"hidden", c.hidden}, {"ffn", c.ffn},
+                        {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
+                        {"vocab", c.vocab}, {"context_length", c.context_length}, {"norm_eps", c.norm_eps},
+                        {"attn_scale", c.attn_scale}, {"embed_scale", c.embed_scale},
+                        {"tied_embeddings", c.tied_embeddings}, {"global_layers", globals},
+                        {"tensor_bytes", total}, {"fingerprint", m->fingerprint()}};
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& l : c.layers)
+      layers.push_back({{"sliding", l.sliding}, {"window", l.window}, {"rope_base", l.rope_base},
+                        {"rope_freq_scale", l.rope_freq_scale}});
+    j["layer_configs"] = layers;
+    nlohmann::json ts = nlohmann::json::array();
+    for (const auto& t : f.tensors())
+      ts.push_back({{"name", t.name}, {"type", dtype_name(t.type)}, {"dims", t.dims}, {"bytes", t.nbytes}});
+    j["tensors"] = ts;
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("model          %s\n", m->path().c_str());
+  std::printf("name           %s (%s, GGUF v%u)\n", c.name.c_str(), c.arch.c_str(), f.version());
+  std::printf("layers         %lld (global: %s; others slide over %lld tokens)\n", (long long)c.n_layers,
+              globals.c_str(), (long long)(c.layers.empty() ? 0 : c.layers[0].window));
+  std::printf("hidden / ffn   %lld / %lld\n", (long long)c.hidden, (long long)c.ffn);
+  std::printf("heads          %lld query, %lld key/value, head_dim %lld\n", (long long)c.n_heads,
+              (long long)c.n_kv_heads, (long long)c.head_dim);
+  std::printf("rope_theta     %.0f global, %.0f sliding\n", c.layers.empty() ? 0.0 : c.layers.back().rope_base,
+              c.layers.empty() ? 0.0 : c.layers.front().rope_base);
+  std::printf("vocab          %lld   context %lld   rms eps %g\n", (long long)c.vocab, (long long)c.context_length,
+              c.norm_eps);
+  std::printf("lm_head        %s\n", c.tied_embeddings ? "tied to token_embd" : "output.weight");
+  std::printf("tensors        %zu, %.1f MiB\n", f.tensors().size(), total / 1048576.0);
+  for (const auto& [t, e] : by_type)
+    std::printf("  %-6s %4zu tensors  %8.1f MiB\n", t.c_str(), e.first, e.second / 1048576.0);
+  if (a.tensors) {
+    std::printf("\n%-36s %-6s %-18s %10s\n", "name", "type", "dims", "bytes");
+    for (const auto& t : f.tensors())
+      std::printf("%-36s %-6s %-18s %10zu\n", t.name.c_str(), dtype_name(t.type), dims_str(t.dims).c_str(), t.nbytes);
+  }
+}
+
+}  // namespace
+
+void register_show(CLI::App& app) {
+  auto a = std::make_shared<ShowArgs>();
+  CLI::App* s = app.add_subcommand("show", "print a model's architecture, dtypes and tensors");
+  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_flag("--tensors", a->tensors, "list every tensor");
+  s->add_flag("--json", a->json, "machine-readable output (includes every tensor)");
+  s->callback([a] { run(*a); });
+}
+
+}  // namespace larql::cli

@@ -1,0 +1,151 @@
+// GGUF reader and writer (versions 2 and 3).
+// Format spec: ggml/docs/gguf.md (header, metadata KV, tensor infos, aligned data section).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "util/dtype.h"
+#include "util/mmap.h"
+
+namespace larql {
+
+/// Metadata value types, numbered as in the spec (gguf_metadata_value_type).
+enum class GgufValueType : uint32_t {
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
+  BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+
+struct GgufValue;
+/// An array value: element type and the elements (nested arrays allowed).
+struct GgufArray {
+  GgufValueType elem_type = GgufValueType::UINT8;
+  std::vector<GgufValue> items;
+};
+
+/// One metadata value. Integers are widened into int64/uint64, floats into double;
+/// `type` keeps the on-disk type so the writer round-trips it.
+struct GgufValue {
+  GgufValueType type = GgufValueType::UINT8;
+  std::variant<uint64_t, int64_t, double, bool, std::string, GgufArray> value;
+
+  static GgufValue u32(uint32_t v);
+  static GgufValue i32(int32_t v);
+  static GgufValue u64(uint64_t v);
+  static GgufValue f32(float v);
+  static GgufValue boolean(bool v);
+  static GgufValue str(std::string v);
+  static GgufValue array(GgufValueType elem, std::vector<GgufValue> items);
+  static GgufValue string_array(const std::vector<std::string>& v);
+  static GgufValue f32_array(const std::vector<float>& v);
+  static GgufValue i32_array(const std::vector<int32_t>& v);
+};
+
+/// One entry of the tensor table. `dims` are GGUF order: dims[0] varies fastest
+/// (a 2-D weight `[in, out]` is `out` rows of `in` elements).
+struct GgufTensor {
+  std::string name;
+  DType type = DType::F32;
+  std::vector<uint64_t> dims;
+  uint64_t offset = 0;         ///< bytes, relative to the data section
+  const uint8_t* data = nullptr;  ///< zero-copy view into the mapping
+  size_t nbytes = 0;
+  uint64_t n_elements() const;
+  uint64_t n_rows() const;     ///< product of dims[1..]
+  uint64_t row_length() const { return dims.empty() ? 1 : dims[0]; }
+};
+
+/// A parsed GGUF file. Every length, count and offset is validated against the file size before
+/// use; any problem throws Error{Format} naming the field and byte offset (or Error{Unsupported}
+/// for an unknown tensor dtype). Tensor data is a zero-copy view into the mapping.
+/// Checked: magic, version (1 and big-endian files: Unsupported), counts against the bytes left
+/// (before allocating), string/array lengths, value types, bool bytes 0/1, array nesting <= 8,
+/// unique non-empty keys and unique tensor names, general.alignment an unsigned power of two,
+/// 1..4 nonzero dims whose element and byte counts fit (checked multiplication), row length a
+/// multiple of the type's block size, offsets a multiple of the alignment, and each tensor's
+/// bytes inside the data section and not overlapping another tensor.
+class GgufFile {
+ public:
+  /// Map and parse a file. Errors: NotFound/Io from the OS, Format/Unsupported as above.
+  static std::shared_ptr<GgufFile> open(const std::string& path);
+  /// Parse a buffer (copied). Used by tests and the fuzzer. `name` appears in error messages.
+  static std::shared_ptr<GgufFile> parse(const uint8_t* data, size_t size,
+                                         const std::string& name = "<memory>");
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  size_t data_offset() const { return data_offset_; }  ///< bytes from file start to tensor data
+  const std::string& path() const { return path_; }
+  size_t file_size() const { return size_; }
+
+  const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  const GgufValue* find(const std::string& key) const;
+  /// Typed getters: nullopt if absent; Error{Format} if present with an incompatible type.
+  std::optional<uint64_t> get_uint(const std::string& key) const;
+  std::optional<int64_t> get_int(const std::string& key) const;
+  std::optional<double> get_float(const std::string& key) const;
+  std::optional<bool> get_bool(const std::string& key) const;
+  std::optional<std::string> get_string(const std::string& key) const;
+  /// Array getters; Error{Format} if the elements have another type.
+  std::optional<std::vector<std::string>> get_string_array(const std::string& key) const;
+  std::optional<std::vector<float>> get_f32_array(const std::string& key) const;
+  std::optional<std::vector<int64_t>> get_int_array(const std::string& key) const;
+
+  const std::vector<GgufTensor>& tensors() const { return tensors_; }
+  const GgufTensor* find_tensor(const std::string& name) const;  ///< nullptr if absent
+
+ private:
+  GgufFile() = default;
+  void parse_all(const std::string& name);
+
+  MappedFile map_;
+  std::vector<uint8_t> owned_;
+  const uint8_t* base_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  size_t data_offset_ = 0;
+  std::map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensor> tensors_;
+  std::map<std::string, size_t> tensor_index_;
+};
+
+/// Builds a GGUF v3 file in memory. Tensors are laid out in insertion order at `alignment`.
+/// Metadata is written in insertion order. When `alignment` is not the default 32 and no
+/// `general.alignment` key was set, one (UINT32) is written first; a `general.alignment` set
+/// explicitly is written verbatim (tests use that to build invalid files).
+/// serialize() raises Error{InvalidArgument} for an alignment that is not a power of two, a
+/// value whose variant does not match its `type` or does not fit it (e.g. UINT8 holding 300),
+/// or an array whose items are not all of `elem_type`.
+class GgufWriter {
+ public:
+  explicit GgufWriter(uint64_t alignment = 32) : alignment_(alignment) {}
+  /// Adds or replaces (keeping its position) a metadata entry. Error{InvalidArgument}: empty key.
+  void set(const std::string& key, GgufValue value);
+  /// `data` must hold exactly row_bytes(type, dims[0]) * rows bytes.
+  /// Errors: InvalidArgument on a size mismatch or duplicate name.
+  void add_tensor(const std::string& name, DType type, std::vector<uint64_t> dims,
+                  const void* data, size_t nbytes);
+  std::vector<uint8_t> serialize() const;
+  void write(const std::string& path) const;  ///< Error{Io} on failure
+
+ private:
+  struct Pending {
+    std::string name;
+    DType type;
+    std::vector<uint64_t> dims;
+    std::vector<uint8_t> bytes;
+  };
+  uint64_t alignment_;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<Pending> tensors_;
+};
+
+}  // namespace larql

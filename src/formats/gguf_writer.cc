@@ -1,0 +1,167 @@
+// GGUF v3 writer (little-endian). Layout as in gguf.cc / ggml/docs/gguf.md: header, metadata KVs
+// in insertion order, tensor infos, zero padding to the alignment, then each tensor's data at the
+// next multiple of the alignment (offsets relative to the data section).
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "formats/gguf.h"
+#include "util/error.h"
+
+namespace larql {
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF"
+
+[[noreturn]] void bad(const std::string& what) { throw Error(ErrorKind::InvalidArgument, what); }
+
+class Bytes {
+ public:
+  template <typename T>
+  void put(T v) {
+    const size_t n = out.size();
+    out.resize(n + sizeof(T));
+    std::memcpy(out.data() + n, &v, sizeof(T));
+  }
+  void put_string(const std::string& s) {
+    put<uint64_t>(s.size());
+    out.insert(out.end(), s.begin(), s.end());
+  }
+  void pad_to(uint64_t alignment) {
+    while (out.size() % alignment != 0) out.push_back(0);
+  }
+  std::vector<uint8_t> out;
+};
+
+template <typename T, typename V>
+T narrow(const V& v, const std::string& key) {
+  if (v < static_cast<V>(std::numeric_limits<T>::lowest()) ||
+      v > static_cast<V>(std::numeric_limits<T>::max()))
+    bad("GgufWriter: value of key '" + key + "' does not fit its declared type");
+  return static_cast<T>(v);
+}
+
+// Writes the payload of `v` (without its type tag), checking that the stored alternative
+// matches the declared type. Errors: InvalidArgument naming the key.
+void put_value(Bytes& b, const GgufValue& v, const std::string& key) {
+  auto want = [&](auto* p) {
+    if (!p) bad("GgufWriter: value of key '" + key + "' does not hold its declared type");
+    return *p;
+  };
+  switch (v.type) {
+    case GgufValueType::UINT8: b.put(narrow<uint8_t>(want(std::get_if<uint64_t>(&v.value)), key)); break;
+    case GgufValueType::INT8: b.put(narrow<int8_t>(want(std::get_if<int64_t>(&v.value)), key)); break;
+    case GgufValueType::UINT16: b.put(narrow<uint16_t>(want(std::get_if<uint64_t>(&v.value)), key)); break;
+    case GgufValueType::INT16: b.put(narrow<int16_t>(want(std::get_if<int64_t>(&v.value)), key)); break;
+    case GgufValueType::UINT32: b.put(narrow<uint32_t>(want(std::get_if<uint64_t>(&v.value)), key)); break;
+    case GgufValueType::INT32: b.put(narrow<int32_t>(want(std::get_if<int64_t>(&v.value)), key)); break;
+    case GgufValueType::UINT64: b.put(want(std::get_if<uint64_t>(&v.value))); break;
+    case GgufValueType::INT64: b.put(want(std::get_if<int64_t>(&v.value))); break;
+    case GgufValueType::FLOAT32: b.put(static_cast<float>(want(std::get_if<double>(&v.value)))); break;
+    case GgufValueType::FLOAT64: b.put(want(std::get_if<double>(&v.value))); break;
+    case GgufValueType::BOOL: b.put<uint8_t>(want(std::get_if<bool>(&v.value)) ? 1 : 0); break;
+    case GgufValueType::STRING: b.put_string(want(std::get_if<std::string>(&v.value))); break;
+    case GgufValueType::ARRAY: {
+      const GgufArray* a = std::get_if<GgufArray>(&v.value);
+      if (!a) bad("GgufWriter: value of key '" + key + "' does not hold an array");
+      b.put(static_cast<uint32_t>(a->elem_type));
+      b.put<uint64_t>(a->items.size());
+      for (const auto& item : a->items) {
+        if (item.type != a->elem_type)
+          bad("GgufWriter: array '" + key + "' mixes element types");
+        put_value(b, item, key);
+      }
+      break;
+    }
+    default: bad("GgufWriter: key '" + key + "' has an unknown value type");
+  }
+}
+
+}  // namespace
+
+void GgufWriter::set(const std::string& key, GgufValue value) {
+  if (key.empty()) bad("GgufWriter: empty metadata key");
+  for (auto& kv : kv_)
+    if (kv.first == key) {
+      kv.second = std::move(value);
+      return;
+    }
+  kv_.emplace_back(key, std::move(value));
+}
+
+void GgufWriter::add_tensor(const std::string& name, DType type, std::vector<uint64_t> dims,
+                            const void* data, size_t nbytes) {
+  for (const auto& t : tensors_)
+    if (t.name == name) bad("GgufWriter: duplicate tensor name '" + name + "'");
+  if (dims.empty() || dims.size() > 4)
+    bad("GgufWriter: tensor '" + name + "' needs 1..4 dims, got " + std::to_string(dims.size()));
+  uint64_t rows = 1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0) bad("GgufWriter: tensor '" + name + "' has a zero dimension");
+    if (i > 0 && __builtin_mul_overflow(rows, dims[i], &rows))
+      bad("GgufWriter: tensor '" + name + "' is too large");
+  }
+  auto rb = row_bytes(type, dims[0]);
+  if (!rb)
+    bad("GgufWriter: tensor '" + name + "' row length " + std::to_string(dims[0]) +
+        " is not a multiple of the " + dtype_name(type) + " block size");
+  uint64_t expected = 0;
+  if (__builtin_mul_overflow(uint64_t{*rb}, rows, &expected) || expected != nbytes)
+    bad("GgufWriter: tensor '" + name + "' needs " + std::to_string(expected) + " bytes, got " +
+        std::to_string(nbytes));
+  if (nbytes > 0 && data == nullptr) bad("GgufWriter: tensor '" + name + "' has no data");
+  const auto* p = static_cast<const uint8_t*>(data);
+  tensors_.push_back({name, type, std::move(dims), std::vector<uint8_t>(p, p + nbytes)});
+}
+
+std::vector<uint8_t> GgufWriter::serialize() const {
+  if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0)
+    bad("GgufWriter: alignment " + std::to_string(alignment_) + " is not a power of two");
+  bool has_alignment_key = false;
+  for (const auto& kv : kv_) has_alignment_key |= kv.first == "general.alignment";
+  const bool auto_alignment = !has_alignment_key && alignment_ != 32;
+
+  Bytes b;
+  b.put(kMagic);
+  b.put<uint32_t>(3);
+  b.put<uint64_t>(tensors_.size());
+  b.put<uint64_t>(kv_.size() + (auto_alignment ? 1 : 0));
+  if (auto_alignment) {
+    b.put_string("general.alignment");
+    b.put(static_cast<uint32_t>(GgufValueType::UINT32));
+    b.put(narrow<uint32_t>(alignment_, "general.alignment"));
+  }
+  for (const auto& [key, value] : kv_) {
+    b.put_string(key);
+    b.put(static_cast<uint32_t>(value.type));
+    put_value(b, value, key);
+  }
+  uint64_t offset = 0;
+  for (const auto& t : tensors_) {
+    b.put_string(t.name);
+    b.put<uint32_t>(static_cast<uint32_t>(t.dims.size()));
+    for (uint64_t d : t.dims) b.put(d);
+    b.put(static_cast<uint32_t>(t.type));
+    b.put(offset);
+    offset += t.bytes.size();
+    offset = (offset + alignment_ - 1) / alignment_ * alignment_;
+  }
+  b.pad_to(alignment_);
+  const size_t data_start = b.out.size();
+  for (const auto& t : tensors_) {
+    b.out.resize(data_start + (b.out.size() - data_start + alignment_ - 1) / alignment_ * alignment_, 0);
+    b.out.insert(b.out.end(), t.bytes.begin(), t.bytes.end());
+  }
+  return std::move(b.out);
+}
+
+void GgufWriter::write(const std::string& path) const {
+  const std::vector<uint8_t> bytes = serialize();
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) throw Error(ErrorKind::Io, path + ": cannot open for writing");
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  if (!f) throw Error(ErrorKind::Io, path + ": write failed");
+}
+
+}  // namespace larql

@@ -1,0 +1,170 @@
+#include "inference/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "compute/ops.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace larql {
+
+namespace {
+enum Buf { kH, kQ, kK, kV, kAttn, kO, kGate, kUp, kDown, kCount };
+}
+
+Forward::Forward(std::shared_ptr<const Model> model, int n_threads)
+    : model_(std::move(model)), pool_(n_threads), scratch_(kCount) {}
+
+std::vector<float>& Forward::buf(int idx, size_t n) {
+  auto& b = scratch_[static_cast<size_t>(idx)];
+  if (b.size() < n) b.resize(n);
+  return b;
+}
+
+void Forward::embed(const int32_t* tokens, int64_t n, float* x) {
+  const ModelConfig& c = config();
+  const TensorView& e = model_->weights().token_embd;
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t id = tokens[t];
+    if (id < 0 || id >= e.rows)
+      throw Error(ErrorKind::InvalidArgument, "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                                  std::to_string(e.rows) + ")");
+    float* row = x + t * c.hidden;
+    quant::dequantize_row(e.type, e.row(id), row, c.hidden);
+    for (int64_t i = 0; i < c.hidden; ++i) row[i] *= c.embed_scale;
+  }
+}
+
+void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q, float* k, float* v) {
+  const ModelConfig& c = config();
+  const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+  const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
+  auto& h = buf(kH, static_cast<size_t>(n * c.hidden));
+  for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * c.hidden, w.attn_norm.data(), h.data() + t * c.hidden, c.hidden, c.norm_eps);
+  compute::matmul(pool_, w.wq, h.data(), n, q);
+  compute::matmul(pool_, w.wk, h.data(), n, k);
+  compute::matmul(pool_, w.wv, h.data(), n, v);
+  for (int64_t t = 0; t < n; ++t) {
+    float* qt = q + t * c.q_dim();
+    float* kt = k + t * c.kv_dim();
+    if (c.qk_norm) {
+      compute::rmsnorm_rows(qt, w.q_norm.data(), c.n_heads, c.head_dim, c.norm_eps);
+      compute::rmsnorm_rows(kt, w.k_norm.data(), c.n_kv_heads, c.head_dim, c.norm_eps);
+    }
+    compute::rope_neox(qt, c.n_heads, c.head_dim, pos0 + t, lc.rope_base, lc.rope_freq_scale);
+    compute::rope_neox(kt, c.n_kv_heads, c.head_dim, pos0 + t, lc.rope_base, lc.rope_freq_scale);
+  }
+}
+
+void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out) {
+  const ModelConfig& c = config();
+  const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+  const int64_t hd = c.head_dim, kv_dim = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
+  const int64_t kv_end = kv.first_pos + kv.rows;
+  // Validate here: nothing may throw inside the pool's workers.
+  if (n > 0 && (pos0 + n > kv_end || kv.rows == 0 || pos0 < kv.first_pos))
+    throw Error(ErrorKind::InvariantViolation, "attend: layer " + std::to_string(li) + " K/V ends at position " +
+                                                   std::to_string(kv_end) + " but a query is at " +
+                                                   std::to_string(pos0 + n - 1));
+  const float scale = c.attn_scale;
+  const float cap = c.attn_logit_softcap;
+  pool_.parallel_for(n * c.n_heads, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scores;
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t t = task / c.n_heads, head = task % c.n_heads, g = head / group;
+      const int64_t pos = pos0 + t;
+      int64_t lo = kv.first_pos;
+      if (lc.sliding) lo = std::max(lo, pos - lc.window + 1);
+      const int64_t m = pos - lo + 1;  // >= 1: checked above that kv covers every query
+      if (static_cast<int64_t>(scores.size()) < m) scores.resize(static_cast<size_t>(m));
+      const float* qh = q + t * c.q_dim() + head * hd;
+      const float* kbase = kv.k + (lo - kv.first_pos) * kv_dim + g * hd;
+      for (int64_t j = 0; j < m; ++j) {
+        float s = compute::dot_f32(qh, kbase + j * kv_dim, hd) * scale;
+        if (cap > 0) s = cap * std::tanh(s / cap);
+        scores[static_cast<size_t>(j)] = s;
+      }
+      compute::softmax(scores.data(), m);
+      float* o = out + t * c.q_dim() + head * hd;
+      std::fill(o, o + hd, 0.0f);
+      const float* vbase = kv.v + (lo - kv.first_pos) * kv_dim + g * hd;
+      for (int64_t j = 0; j < m; ++j) compute::axpy(scores[static_cast<size_t>(j)], vbase + j * kv_dim, o, hd);
+    }
+  });
+}
+
+void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
+  const ModelConfig& c = config();
+  const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
+  const int64_t H = c.hidden;
+  auto& o = buf(kO, static_cast<size_t>(n * H));
+  compute::matmul(pool_, w.wo, attn, n, o.data());
+  for (int64_t t = 0; t < n; ++t) {
+    float* ot = o.data() + t * H;
+    if (c.post_norms) compute::rmsnorm(ot, w.post_attn_norm.data(), ot, H, c.norm_eps);
+    float* xt = x + t * H;
+    for (int64_t i = 0; i < H; ++i) xt[i] += ot[i];
+  }
+  auto& h = buf(kH, static_cast<size_t>(n * H));
+  for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * H, w.ffn_norm.data(), h.data() + t * H, H, c.norm_eps);
+  auto& gate = buf(kGate, static_cast<size_t>(n * c.ffn));
+  auto& up = buf(kUp, static_cast<size_t>(n * c.ffn));
+  compute::matmul(pool_, w.w_gate, h.data(), n, gate.data());
+  compute::matmul(pool_, w.w_up, h.data(), n, up.data());
+  if (c.activation == Activation::GeluTanh) {
+    compute::gelu_tanh_mul(gate.data(), up.data(), gate.data(), n * c.ffn);
+  } else {
+    for (int64_t i = 0; i < n * c.ffn; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
+  auto& down = buf(kDown, static_cast<size_t>(n * H));
+  compute::matmul(pool_, w.w_down, gate.data(), n, down.data());
+  for (int64_t t = 0; t < n; ++t) {
+    float* dt = down.data() + t * H;
+    if (c.post_norms) compute::rmsnorm(dt, w.post_ffn_norm.data(), dt, H, c.norm_eps);
+    float* xt = x + t * H;
+    for (int64_t i = 0; i < H; ++i) xt[i] += dt[i];
+  }
+}
+
+void Forward::layer(int64_t li, float* x, int64_t n, int64_t pos0, LayerKv& kv) {
+  const ModelConfig& c = config();
+  auto& q = buf(kQ, static_cast<size_t>(n * c.q_dim()));
+  auto& k = buf(kK, static_cast<size_t>(n * c.kv_dim()));
+  auto& v = buf(kV, static_cast<size_t>(n * c.kv_dim()));
+  if (kv.end_pos() != pos0)
+    throw Error(ErrorKind::InvariantViolation, "layer " + std::to_string(li) + ": K/V ends at " +
+                                                   std::to_string(kv.end_pos()) + ", expected " + std::to_string(pos0));
+  qkv(li, x, n, pos0, q.data(), k.data(), v.data());
+  kv.append(k.data(), v.data(), n);
+  auto& attn = buf(kAttn, static_cast<size_t>(n * c.q_dim()));
+  attend(li, q.data(), n, pos0, span_of(kv), attn.data());
+  kv.evict();
+  finish_layer(li, attn.data(), n, x);
+}
+
+void Forward::forward(const int32_t* tokens, int64_t n, KvCache& cache, float* x) {
+  const ModelConfig& c = config();
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t m = std::min(kChunk, n - off);
+    const int64_t pos0 = cache.n_past();
+    float* xc = x + off * c.hidden;
+    embed(tokens + off, m, xc);
+    for (int64_t li = 0; li < c.n_layers; ++li) layer(li, xc, m, pos0, cache.layer(li));
+  }
+}
+
+void Forward::logits(const float* x, int64_t n, float* logits) {
+  const ModelConfig& c = config();
+  const ModelWeights& w = model_->weights();
+  auto& h = buf(kH, static_cast<size_t>(n * c.hidden));
+  for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * c.hidden, w.output_norm.data(), h.data() + t * c.hidden, c.hidden, c.norm_eps);
+  compute::matmul(pool_, w.lm_head, h.data(), n, logits);
+  if (c.final_logit_softcap > 0) {
+    const float cap = c.final_logit_softcap;
+    for (int64_t i = 0; i < n * w.lm_head.rows; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
+}
+
+}  // namespace larql

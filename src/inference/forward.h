@@ -1,0 +1,80 @@
+// The layer primitives engines compose, and the config-driven forward pass built from them.
+// Gemma 3 layer (Gemma Team 2025, "Gemma 3 Technical Report"; HF modeling_gemma3.py):
+//   h = x + post_attn_norm(Wo · attn(rope(qk_norm(Wq,Wk,Wv · attn_norm(x)))))
+//   out = h + post_ffn_norm(Wdown · (gelu_tanh(Wgate · ffn_norm(h)) ⊙ Wup · ffn_norm(h)))
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "inference/kv_cache.h"
+#include "model/model.h"
+#include "util/thread_pool.h"
+
+namespace larql {
+
+/// Contiguous K/V rows for positions [first_pos, first_pos + rows), each kv_dim floats.
+struct KvSpan {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t first_pos = 0;
+  int64_t rows = 0;
+};
+
+inline KvSpan span_of(const LayerKv& kv) {
+  return kv.rows() == 0 ? KvSpan{} : KvSpan{kv.k_at(kv.first_pos()), kv.v_at(kv.first_pos()), kv.first_pos(), kv.rows()};
+}
+
+/// Binds a model to a thread pool and scratch buffers. Not thread-safe: one per sequence.
+class Forward {
+ public:
+  /// n_threads <= 0: all hardware threads.
+  Forward(std::shared_ptr<const Model> model, int n_threads);
+
+  const Model& model() const { return *model_; }
+  const ModelConfig& config() const { return model_->config(); }
+  std::shared_ptr<const Model> model_ptr() const { return model_; }
+  ThreadPool& pool() { return pool_; }
+
+  /// x [n, hidden] = token_embd[tokens] * embed_scale.
+  /// Errors: Error{InvalidArgument} for a token id outside [0, vocab).
+  void embed(const int32_t* tokens, int64_t n, float* x);
+
+  /// Projections for n residual rows x [n, hidden] at positions pos0..pos0+n-1:
+  /// q [n, q_dim] and k [n, kv_dim] q/k-normed and RoPE'd with the layer's base and scaling,
+  /// v [n, kv_dim]. This is also "K/V from a residual" for residual-state engines.
+  void qkv(int64_t layer, const float* x, int64_t n, int64_t pos0, float* q, float* k, float* v);
+
+  /// Causal attention of n queries q [n, q_dim] at positions pos0.. over kv (which must cover
+  /// each query's own position). Sliding layers see only their last `window` positions.
+  /// out [n, q_dim].
+  void attend(int64_t layer, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out);
+
+  /// The rest of a layer: x += post_attn_norm(attn · Wo^T); then the FFN block, in place on
+  /// x [n, hidden]. attn is [n, q_dim].
+  void finish_layer(int64_t layer, const float* attn, int64_t n, float* x);
+
+  /// One whole layer over n rows, appending to and attending over `kv`.
+  void layer(int64_t layer, float* x, int64_t n, int64_t pos0, LayerKv& kv);
+
+  /// Run n tokens at positions cache.n_past().. through every layer. x [n, hidden] receives
+  /// the final residual (before the final norm). Long inputs are processed in chunks.
+  void forward(const int32_t* tokens, int64_t n, KvCache& cache, float* x);
+
+  /// logits [n, vocab] = lm_head · output_norm(x) for x [n, hidden] (with the final softcap
+  /// when the model has one).
+  void logits(const float* x, int64_t n, float* logits);
+
+  /// Rows per chunk in forward(); bounds scratch memory for long prompts.
+  static constexpr int64_t kChunk = 512;
+
+ private:
+  std::vector<float>& buf(int idx, size_t n);
+
+  std::shared_ptr<const Model> model_;
+  ThreadPool pool_;
+  std::vector<std::vector<float>> scratch_;
+};
+
+}  // namespace larql

@@ -1,0 +1,87 @@
+#include "inference/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <unordered_set>
+
+#include "util/error.h"
+
+namespace larql {
+
+void validate(const SamplerParams& p) {
+  auto bad = [](const std::string& what) { throw Error(ErrorKind::InvalidArgument, what); };
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+    bad("--temperature must be >= 0 (0 = greedy), got " + std::to_string(p.temperature));
+  if (p.top_k < 0) bad("--top-k must be >= 0 (0 = off), got " + std::to_string(p.top_k));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("--top-p must be in (0, 1], got " + std::to_string(p.top_p));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("--min-p must be in [0, 1], got " + std::to_string(p.min_p));
+  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))
+    bad("--repeat-penalty must be > 0 (1 = off), got " + std::to_string(p.repeat_penalty));
+  if (p.repeat_last_n < 0) bad("--repeat-last-n must be >= 0");
+}
+
+int32_t argmax(const float* logits, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { validate(p); }
+
+int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history) {
+  cand_.resize(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) cand_[static_cast<size_t>(i)] = {logits[i], static_cast<int32_t>(i)};
+  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
+    std::unordered_set<int32_t> seen;
+    const size_t from = history.size() > static_cast<size_t>(p_.repeat_last_n) ? history.size() - p_.repeat_last_n : 0;
+    for (size_t i = from; i < history.size(); ++i) seen.insert(history[i]);
+    for (int32_t id : seen) {
+      if (id < 0 || id >= vocab) continue;
+      float& l = cand_[static_cast<size_t>(id)].first;
+      l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+    }
+  }
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  if (p_.temperature <= 0.0f) {
+    return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+  }
+  size_t n = cand_.size();
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    n = static_cast<size_t>(p_.top_k);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  // Probabilities at temperature 1 for the top-p / min-p filters (as llama.cpp does).
+  std::vector<double> prob(n);
+  const double mx = cand_[0].first;
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].first) - mx);
+  if (p_.top_p < 1.0f) {
+    double cum = 0;
+    size_t keep = n;
+    for (size_t i = 0; i < n; ++i) {
+      cum += prob[i] / sum;
+      if (cum >= p_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n = std::max<size_t>(1, keep);
+  }
+  if (p_.min_p > 0.0f) {
+    const double floor = p_.min_p * prob[0];
+    size_t keep = 1;
+    while (keep < n && prob[keep] >= floor) ++keep;
+    n = keep;
+  }
+  std::vector<double> w(n);
+  for (size_t i = 0; i < n; ++i)
+    w[i] = std::exp((static_cast<double>(cand_[i].first) - mx) / p_.temperature);
+  std::discrete_distribution<size_t> dist(w.begin(), w.end());
+  return cand_[dist(rng_)].second;
+}
+
+}  // namespace larql

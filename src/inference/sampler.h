@@ -1,0 +1,42 @@
+// Token sampling: greedy, temperature, top-k, top-p (nucleus), min-p, repetition penalty.
+// Order of the chain follows llama.cpp's default sampler: penalties -> top-k -> top-p -> min-p
+// -> temperature -> draw. top-p: Holtzman et al. 2019; min-p: Nguyen et al. 2024;
+// repetition penalty: Keskar et al. 2019 (CTRL): positive logits divided, negative multiplied.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace larql {
+
+struct SamplerParams {
+  float temperature = 0.8f;   ///< 0 = greedy (argmax)
+  int top_k = 40;             ///< 0 = off
+  float top_p = 0.95f;        ///< 1 = off; must be in (0, 1]
+  float min_p = 0.05f;        ///< 0 = off; in [0, 1]
+  float repeat_penalty = 1.0f;  ///< 1 = off; > 0
+  int repeat_last_n = 64;     ///< tokens of history the penalty looks at
+  uint64_t seed = 0;          ///< same seed, same text
+};
+
+/// Throws Error{InvalidArgument} naming the parameter and its accepted range.
+void validate(const SamplerParams& p);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& p);
+  /// Pick the next token from logits [vocab]. `history` is the sequence so far (prompt included),
+  /// used by the repetition penalty.
+  int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
+
+ private:
+  SamplerParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+};
+
+/// Index of the largest logit (the first one on ties).
+int32_t argmax(const float* logits, int64_t n);
+
+}  // namespace larql

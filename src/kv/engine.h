@@ -1,0 +1,49 @@
+// The KV engine interface: a policy for what continuation state survives between tokens.
+// Specification: shared/design/ENGINES.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace larql {
+
+struct EngineInfo {
+  std::string name;     ///< canonical name, e.g. "standard"
+  std::string backend;  ///< "cpu"
+  std::string config;   ///< e.g. "window=512" ("" for defaults)
+};
+
+/// Engine-held state, counted by logical rows (not buffer capacity).
+struct EngineMemory {
+  size_t hot_bytes = 0;
+  size_t cold_bytes = 0;
+  int64_t window_tokens = 0;  ///< rows kept hot per layer at most (0 = unbounded)
+};
+
+/// All engines: prefill a prompt, then decode one token at a time. Both return the last
+/// position's residual before the final norm, [hidden] f32; the caller applies final norm and
+/// lm_head (Forward::logits). Errors are larql::Error with the engine kinds: EmptyPrompt,
+/// BackendUnavailable, RetrievalMiss, InvariantViolation (decode before prefill, state from
+/// another model or engine), BackendFailure; ContextOverflow when the context is full.
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  /// Start a new sequence with `tokens` (discarding any previous state).
+  virtual std::vector<float> prefill(const std::vector<int32_t>& tokens) = 0;
+  /// Append one token to the sequence.
+  virtual std::vector<float> decode_step(int32_t token) = 0;
+  virtual EngineInfo info() const = 0;
+  virtual EngineMemory memory() const = 0;
+  /// Tokens consumed so far (the next position).
+  virtual int64_t n_past() const = 0;
+  /// Canonical state as a file: versioned header with the model fingerprint, then tensors.
+  /// Errors: Error{Io}.
+  virtual void save_state(const std::string& path) const = 0;
+  /// Replace the state from a file. Errors: Error{Io}, Error{Format} (corrupt), and
+  /// Error{InvariantViolation} for a file from another model or engine.
+  virtual void load_state(const std::string& path) = 0;
+};
+
+}  // namespace larql

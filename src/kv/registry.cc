@@ -1,0 +1,187 @@
+#include "kv/registry.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include "kv/standard.h"
+#include "util/error.h"
+
+namespace larql {
+namespace {
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+const EngineEntry* find_entry(const std::string& name) {
+  for (const auto& e : engine_registry()) {
+    if (e.name == name) return &e;
+    if (std::find(e.aliases.begin(), e.aliases.end(), name) != e.aliases.end()) return &e;
+  }
+  return nullptr;
+}
+
+std::string known_names() {
+  std::string s;
+  for (const auto& e : engine_registry()) {
+    s += (s.empty() ? "" : ", ") + e.name;
+    if (!e.aliases.empty()) {
+      s += " (";
+      for (size_t i = 0; i < e.aliases.size(); ++i) s += (i ? ", " : "") + e.aliases[i];
+      s += ")";
+    }
+  }
+  return s;
+}
+
+void check_value(const EngineEntry& e, const EngineKey& k, const std::string& v) {
+  const std::string where = "engine '" + e.name + "': key '" + k.name + "' = '" + v + "'";
+  switch (k.type) {
+    case KeyType::Int: {
+      int64_t x = 0;
+      auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+      if (r.ec != std::errc() || r.ptr != v.data() + v.size() || x <= 0)
+        throw Error(ErrorKind::InvalidArgument, where + " is not a positive integer");
+      break;
+    }
+    case KeyType::Float: {
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || end != v.c_str() + v.size() || !(x >= 0))
+        throw Error(ErrorKind::InvalidArgument, where + " is not a non-negative number");
+      break;
+    }
+    case KeyType::Enum:
+      if (std::find(k.allowed.begin(), k.allowed.end(), v) == k.allowed.end()) {
+        std::string list;
+        for (const auto& a : k.allowed) list += (list.empty() ? "" : ", ") + a;
+        throw Error(ErrorKind::InvalidArgument, where + " is not accepted (accepted: " + list + ")");
+      }
+      break;
+    case KeyType::String:
+      if (v.empty()) throw Error(ErrorKind::InvalidArgument, where + " is empty");
+      break;
+  }
+}
+
+}  // namespace
+
+std::string EngineSpec::to_string() const {
+  std::string s = name;
+  char sep = ':';
+  for (const auto& [k, v] : params) {
+    s += sep + k + "=" + v;
+    sep = ',';
+  }
+  return s;
+}
+
+int64_t EngineSpec::get_int(const std::string& key, int64_t fallback) const {
+  auto it = params.find(key);
+  return it == params.end() ? fallback : std::stoll(it->second);
+}
+
+std::string EngineSpec::get_string(const std::string& key, const std::string& fallback) const {
+  auto it = params.find(key);
+  return it == params.end() ? fallback : it->second;
+}
+
+const std::vector<EngineEntry>& engine_registry() {
+  static const std::vector<EngineEntry> kRegistry = {
+      {"standard",
+       {"full", "fp32", "markov-bounded", "bounded", "sliding"},
+       {{"window", KeyType::Int, "", "keep only the newest N K/V rows on every layer (default: unbounded)", {}}},
+       "K/V tensors per layer (f32); sliding layers keep only their model window",
+       "the reference: parity with llama.cpp on the same GGUF is measured",
+       [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
+         return std::make_unique<StandardEngine>(std::move(f), s.get_int("window", 0));
+       }},
+  };
+  return kRegistry;
+}
+
+EngineSpec parse_engine_spec(std::string_view raw) {
+  const std::string spec = trim(raw);
+  if (spec.empty()) throw Error(ErrorKind::InvalidArgument, "empty engine spec (known engines: " + known_names() + ")");
+  const size_t colon = spec.find(':');
+  const std::string name = trim(std::string_view(spec).substr(0, colon));
+  const EngineEntry* e = find_entry(name);
+  if (e == nullptr)
+    throw Error(ErrorKind::InvalidArgument, "unknown engine '" + name + "' (known engines: " + known_names() + ")");
+  EngineSpec out;
+  out.name = e->name;
+  if (colon != std::string::npos) {
+    std::string_view rest = std::string_view(spec).substr(colon + 1);
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string kv = trim(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      if (kv.empty()) continue;
+      const size_t eq = kv.find('=');
+      const std::string key = trim(std::string_view(kv).substr(0, eq));
+      auto k = std::find_if(e->keys.begin(), e->keys.end(), [&](const EngineKey& x) { return x.name == key; });
+      if (k == e->keys.end()) {
+        std::string list;
+        for (const auto& x : e->keys) list += (list.empty() ? "" : ", ") + x.name;
+        throw Error(ErrorKind::InvalidArgument, "engine '" + e->name + "': unknown key '" + key + "' (keys: " +
+                                                    (list.empty() ? "none" : list) + ")");
+      }
+      if (eq == std::string::npos)
+        throw Error(ErrorKind::InvalidArgument, "engine '" + e->name + "': key '" + key + "' needs a value (" + key + "=...)");
+      const std::string value = trim(std::string_view(kv).substr(eq + 1));
+      check_value(*e, *k, value);
+      if (out.params.count(key))
+        throw Error(ErrorKind::InvalidArgument, "engine '" + e->name + "': key '" + key + "' given twice");
+      out.params[key] = value;
+    }
+  }
+  return out;
+}
+
+std::vector<EngineSpec> parse_engine_list(std::string_view specs) {
+  // Split on ';'; within a piece, a ','-separated item that has no '=' before any ':' and names
+  // a known engine starts a new spec ("standard,markov-rs:window=8,codec=int8" is two specs).
+  std::vector<std::string> pieces;
+  auto split = [](std::string_view s, char sep) {
+    std::vector<std::string_view> out;
+    size_t b = 0;
+    for (size_t i = 0; i <= s.size(); ++i)
+      if (i == s.size() || s[i] == sep) {
+        out.push_back(s.substr(b, i - b));
+        b = i + 1;
+      }
+    return out;
+  };
+  for (std::string_view part : split(specs, ';')) {
+    std::string current;
+    for (std::string_view item : split(part, ',')) {
+      const std::string t = trim(item);
+      const size_t colon = t.find(':'), eq = t.find('=');
+      const bool starts_engine = (eq == std::string::npos || colon < eq) &&
+                                 find_entry(trim(std::string_view(t).substr(0, colon))) != nullptr;
+      if (starts_engine || current.empty()) {
+        if (!trim(current).empty()) pieces.push_back(current);
+        current = t;
+      } else {
+        current += "," + t;
+      }
+    }
+    if (!trim(current).empty()) pieces.push_back(current);
+  }
+  if (pieces.empty()) throw Error(ErrorKind::InvalidArgument, "no engine specs given");
+  std::vector<EngineSpec> out;
+  for (const auto& p : pieces) out.push_back(parse_engine_spec(p));
+  return out;
+}
+
+std::unique_ptr<Engine> make_engine(const EngineSpec& spec, std::shared_ptr<Forward> forward) {
+  const EngineEntry* e = find_entry(spec.name);
+  if (e == nullptr) throw Error(ErrorKind::InvalidArgument, "unknown engine '" + spec.name + "'");
+  return e->make(std::move(forward), spec);
+}
+
+}  // namespace larql

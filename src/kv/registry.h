@@ -1,0 +1,62 @@
+// Engine spec strings (`name` or `name:key=value,...`) and the registry table that parsing,
+// validation, `--help` and `larql engines` all read. Grammar: shared/design/ENGINES.md.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kv/engine.h"
+
+namespace larql {
+
+class Forward;
+
+enum class KeyType { Int, Float, String, Enum };
+
+struct EngineKey {
+  std::string name;
+  KeyType type = KeyType::Int;
+  std::string default_value;  ///< "" = unbounded / model's own
+  std::string description;
+  std::vector<std::string> allowed;  ///< for Enum
+};
+
+/// A parsed, validated spec: canonical engine name plus the keys the user set.
+struct EngineSpec {
+  std::string name;
+  std::map<std::string, std::string> params;
+  /// "standard:window=512" (keys sorted); name alone without params.
+  std::string to_string() const;
+  /// Value of an Int key, or `fallback` when unset.
+  int64_t get_int(const std::string& key, int64_t fallback) const;
+  std::string get_string(const std::string& key, const std::string& fallback) const;
+};
+
+struct EngineEntry {
+  std::string name;
+  std::vector<std::string> aliases;
+  std::vector<EngineKey> keys;
+  std::string description;  ///< one line
+  std::string contract;     ///< one line: how its logits relate to standard's
+  std::function<std::unique_ptr<Engine>(std::shared_ptr<Forward>, const EngineSpec&)> make;
+};
+
+/// Every engine this build has, in ladder order.
+const std::vector<EngineEntry>& engine_registry();
+
+/// Parse one spec. Errors: Error{InvalidArgument} naming the unknown engine (and listing the
+/// known ones), the unknown key (and the engine's keys), or the value that does not parse
+/// (and what is accepted).
+EngineSpec parse_engine_spec(std::string_view spec);
+
+/// Parse a list split on ';' (or on ',' where the next piece starts a new engine name).
+std::vector<EngineSpec> parse_engine_list(std::string_view specs);
+
+/// Build an engine for a parsed spec over a Forward (model + threads).
+std::unique_ptr<Engine> make_engine(const EngineSpec& spec, std::shared_ptr<Forward> forward);
+
+}  // namespace larql

@@ -1,0 +1,79 @@
+#include "kv/standard.h"
+
+#include "kv/state_file.h"
+#include "util/error.h"
+
+namespace larql {
+
+StandardEngine::StandardEngine(std::shared_ptr<Forward> forward, int64_t window)
+    : fwd_(std::move(forward)), window_(window), cache_(fwd_->config(), window) {}
+
+std::vector<float> StandardEngine::run(const int32_t* tokens, int64_t n) {
+  const ModelConfig& c = fwd_->config();
+  if (cache_.n_past() + n > c.context_length)
+    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(cache_.n_past() + n) +
+                                                " tokens exceeds the context length of " +
+                                                std::to_string(c.context_length));
+  std::vector<float> x(static_cast<size_t>(n * c.hidden));
+  fwd_->forward(tokens, n, cache_, x.data());
+  return std::vector<float>(x.end() - c.hidden, x.end());
+}
+
+std::vector<float> StandardEngine::prefill(const std::vector<int32_t>& tokens) {
+  if (tokens.empty()) throw Error(ErrorKind::EmptyPrompt, "prefill: the prompt has no tokens");
+  cache_.clear();
+  started_ = false;
+  auto out = run(tokens.data(), static_cast<int64_t>(tokens.size()));
+  started_ = true;
+  return out;
+}
+
+std::vector<float> StandardEngine::decode_step(int32_t token) {
+  if (!started_) throw Error(ErrorKind::InvariantViolation, "decode_step before prefill");
+  return run(&token, 1);
+}
+
+EngineInfo StandardEngine::info() const {
+  return {"standard", "cpu", window_ > 0 ? "window=" + std::to_string(window_) : ""};
+}
+
+EngineMemory StandardEngine::memory() const { return {cache_.bytes(), 0, window_}; }
+
+void StandardEngine::save_state(const std::string& path) const {
+  if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
+  StateWriter w(path, {"standard", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past())});
+  for (int64_t i = 0; i < cache_.n_layers(); ++i) {
+    const LayerKv& l = cache_.layer(i);
+    w.u64(static_cast<uint64_t>(l.first_pos()));
+    w.u64(static_cast<uint64_t>(l.rows()));
+    if (l.rows() > 0) {
+      w.floats(l.k_at(l.first_pos()), static_cast<size_t>(l.rows() * l.kv_dim()));
+      w.floats(l.v_at(l.first_pos()), static_cast<size_t>(l.rows() * l.kv_dim()));
+    }
+  }
+  w.close();
+}
+
+void StandardEngine::load_state(const std::string& path) {
+  StateReader r(path);
+  const StateHeader h = r.header("standard", fwd_->model().fingerprint());
+  if (h.config != info().config)
+    throw Error(ErrorKind::InvariantViolation, path + ": state has config '" + h.config + "', engine has '" + info().config + "'");
+  KvCache fresh(fwd_->config(), window_);
+  for (int64_t i = 0; i < fresh.n_layers(); ++i) {
+    LayerKv& l = fresh.layer(i);
+    const uint64_t first = r.u64(), rows = r.u64();
+    if (first + rows != h.n_past || rows > h.n_past || h.n_past > static_cast<uint64_t>(fwd_->config().context_length))
+      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(i) + " rows do not end at n_past");
+    std::vector<float> k(static_cast<size_t>(rows * l.kv_dim())), v(k.size());
+    r.floats(k.data(), k.size());
+    r.floats(v.data(), v.size());
+    l.reset_to(static_cast<int64_t>(first));
+    l.append(k.data(), v.data(), static_cast<int64_t>(rows));
+  }
+  r.expect_end();
+  cache_ = std::move(fresh);
+  started_ = h.n_past > 0;
+}
+
+}  // namespace larql

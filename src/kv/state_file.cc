@@ -1,0 +1,95 @@
+#include "kv/state_file.h"
+
+#include <cstring>
+#include <iterator>
+
+#include "util/error.h"
+
+namespace larql {
+
+StateWriter::StateWriter(const std::string& path, const StateHeader& h) : path_(path), out_(path, std::ios::binary) {
+  if (!out_) throw Error(ErrorKind::Io, path + ": cannot open for writing");
+  raw(kStateMagic, sizeof kStateMagic);
+  const uint32_t v = kStateVersion;
+  raw(&v, 4);
+  for (const std::string* s : {&h.engine, &h.config, &h.fingerprint}) {
+    const uint32_t n = static_cast<uint32_t>(s->size());
+    raw(&n, 4);
+    raw(s->data(), s->size());
+  }
+  u64(h.n_past);
+}
+
+void StateWriter::raw(const void* p, size_t n) { out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); }
+void StateWriter::u64(uint64_t v) { raw(&v, 8); }
+void StateWriter::floats(const float* p, size_t n) { raw(p, n * sizeof(float)); }
+void StateWriter::close() {
+  out_.flush();
+  if (!out_) throw Error(ErrorKind::Io, path_ + ": write failed (disk full?)");
+  out_.close();
+}
+
+StateReader::StateReader(const std::string& path) : path_(path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::NotFound, path + ": cannot open state file");
+  data_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void StateReader::raw(void* p, size_t n) {
+  if (n > data_.size() - pos_)
+    throw Error(ErrorKind::Format, path_ + ": state file truncated at byte " + std::to_string(pos_) + " (needed " +
+                                       std::to_string(n) + " more bytes)");
+  std::memcpy(p, data_.data() + pos_, n);
+  pos_ += n;
+}
+
+std::string StateReader::str() {
+  uint32_t n = 0;
+  raw(&n, 4);
+  if (n > 4096) throw Error(ErrorKind::Format, path_ + ": string at byte " + std::to_string(pos_ - 4) + " is too long");
+  std::string s(n, '\0');
+  raw(s.data(), n);
+  return s;
+}
+
+StateHeader StateReader::header(const std::string& engine, const std::string& fingerprint) {
+  char magic[8];
+  raw(magic, 8);
+  if (std::memcmp(magic, kStateMagic, 8) != 0)
+    throw Error(ErrorKind::Format, path_ + ": not a larql state file (bad magic at byte 0)");
+  uint32_t v = 0;
+  raw(&v, 4);
+  if (v != kStateVersion)
+    throw Error(ErrorKind::Format, path_ + ": state file version " + std::to_string(v) + " (this build reads " +
+                                       std::to_string(kStateVersion) + ")");
+  StateHeader h;
+  h.engine = str();
+  h.config = str();
+  h.fingerprint = str();
+  h.n_past = u64();
+  if (h.engine != engine)
+    throw Error(ErrorKind::InvariantViolation, path_ + ": state was saved by engine '" + h.engine + "', not '" + engine + "'");
+  if (h.fingerprint != fingerprint)
+    throw Error(ErrorKind::InvariantViolation, path_ + ": state was saved with another model (fingerprint " +
+                                                   h.fingerprint + ", this model " + fingerprint + ")");
+  return h;
+}
+
+uint64_t StateReader::u64() {
+  uint64_t v = 0;
+  raw(&v, 8);
+  return v;
+}
+
+void StateReader::floats(float* p, size_t n) {
+  if (n > (data_.size() - pos_) / sizeof(float))
+    throw Error(ErrorKind::Format, path_ + ": state file truncated at byte " + std::to_string(pos_));
+  raw(p, n * sizeof(float));
+}
+
+void StateReader::expect_end() {
+  if (pos_ != data_.size())
+    throw Error(ErrorKind::Format, path_ + ": " + std::to_string(data_.size() - pos_) + " unexpected bytes after the state");
+}
+
+}  // namespace larql

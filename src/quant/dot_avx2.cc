@@ -1,0 +1,350 @@
+// AVX2 + FMA + F16C vec_dot kernels (compiled with -mavx2 -mfma -mf16c -mbmi2; only called
+// after quant.cc's CPUID check). The integer pipelines follow ggml-cpu/arch/x86/quants.c:
+// u8 x s8 pairs through _mm256_maddubs_epi16, pairs to int32 through _mm256_madd_epi16, then one
+// float FMA per block with the product of the two block scales. Integer block sums are exact, so
+// results differ from the scalar reference only by float summation order.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+
+namespace larql::quant::detail {
+namespace {
+
+inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+inline float hsum_float_8(__m256 x) {
+  __m128 res = _mm256_extractf128_ps(x, 1);
+  res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+  res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+  res = _mm_add_ss(res, _mm_movehdup_ps(res));
+  return _mm_cvtss_f32(res);
+}
+
+// 16 packed bytes -> 32 bytes: low nibbles in bytes 0..15, high nibbles in bytes 16..31.
+inline __m256i bytes_from_nibbles_32(const uint8_t* rsi) {
+  const __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rsi));
+  const __m256i bytes =
+      _mm256_insertf128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1);
+  return _mm256_and_si256(_mm256_set1_epi8(0x0F), bytes);
+}
+
+// 32 bits -> 32 bytes, 0xFF where the bit is set.
+inline __m256i bytes_from_bits_32(const uint8_t* x) {
+  uint32_t x32;
+  std::memcpy(&x32, x, sizeof(uint32_t));
+  const __m256i shuf_mask = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                              0x0101010101010101, 0x0000000000000000);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x32)), shuf_mask);
+  const __m256i bit_mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+  bytes = _mm256_or_si256(bytes, bit_mask);
+  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+// Signed int8 x int8 dot of 32 lanes into 8 int32 partial sums (abs/sign trick: maddubs needs
+// one unsigned operand). Operands must not be -128 in x (true for all our formats).
+inline __m256i mul_sum_i8_pairs(__m256i x, __m256i y) {
+  const __m256i ax = _mm256_sign_epi8(x, x);
+  const __m256i sy = _mm256_sign_epi8(y, x);
+  const __m256i dot = _mm256_maddubs_epi16(ax, sy);
+  return _mm256_madd_epi16(_mm256_set1_epi16(1), dot);
+}
+
+inline __m256 mul_sum_i8_pairs_float(__m256i x, __m256i y) {
+  return _mm256_cvtepi32_ps(mul_sum_i8_pairs(x, y));
+}
+
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// ---- float weights x f32 activations -------------------------------------------------------
+
+float dot_f32(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const float*>(w);
+  const auto* y = static_cast<const float*>(a);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8)
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+  float s = hsum_float_8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+
+// 8 f16 -> 8 f32.
+inline __m256 load_f16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// 8 bf16 -> 8 f32 (bf16 is the upper half of an f32).
+inline __m256 load_bf16x8(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+template <bool kBf16>
+float dot_half(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const uint8_t*>(w);
+  const auto* y = static_cast<const float*>(a);
+  auto load = [](const uint8_t* p) { return kBf16 ? load_bf16x8(p) : load_f16x8(p); };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(load(x + 2 * i), _mm256_loadu_ps(y + i), acc0);
+    acc1 = _mm256_fmadd_ps(load(x + 2 * (i + 8)), _mm256_loadu_ps(y + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(load(x + 2 * (i + 16)), _mm256_loadu_ps(y + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(load(x + 2 * (i + 24)), _mm256_loadu_ps(y + i + 24), acc3);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load(x + 2 * i), _mm256_loadu_ps(y + i), acc0);
+  float s = hsum_float_8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, x + 2 * i, 2);
+    float v;
+    if (kBf16) {
+      const uint32_t u = static_cast<uint32_t>(h) << 16;
+      std::memcpy(&v, &u, 4);
+    } else {
+      v = f16(h);
+    }
+    s += v * y[i];
+  }
+  return s;
+}
+
+// ---- 32-element blocks x Q8_0 --------------------------------------------------------------
+// Two blocks per iteration into two accumulators, so consecutive FMAs do not wait on each other.
+
+inline __m256i q4_0_bytes(const BlockQ4_0& b) {
+  return _mm256_sub_epi8(bytes_from_nibbles_32(b.qs), _mm256_set1_epi8(8));
+}
+inline __m256i q5_0_bytes(const BlockQ5_0& b) {
+  // q - 16 as int8: (nibble | 0xF0) where the 5th bit is clear, the nibble where it is set.
+  const __m256i qx = bytes_from_nibbles_32(b.qs);
+  const __m256i bxhi = _mm256_andnot_si256(bytes_from_bits_32(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0)));
+  return _mm256_or_si256(qx, bxhi);
+}
+inline __m256i q8_0_bytes(const BlockQ8_0& b) { return load256(b.qs); }
+
+template <typename Block, __m256i (*Bytes)(const Block&)>
+float dot_q_x_q8_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t nb = n / QK8_0;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t ib = 0;
+  for (; ib + 1 < nb; ib += 2) {
+    const __m256 d0 = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
+    const __m256 d1 = _mm256_set1_ps(f16(x[ib + 1].d) * f16(y[ib + 1].d));
+    const __m256 q0 = mul_sum_i8_pairs_float(Bytes(x[ib]), load256(y[ib].qs));
+    const __m256 q1 = mul_sum_i8_pairs_float(Bytes(x[ib + 1]), load256(y[ib + 1].qs));
+    acc0 = _mm256_fmadd_ps(d0, q0, acc0);
+    acc1 = _mm256_fmadd_ps(d1, q1, acc1);
+  }
+  for (; ib < nb; ++ib) {
+    const __m256 d0 = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
+    acc0 = _mm256_fmadd_ps(d0, mul_sum_i8_pairs_float(Bytes(x[ib]), load256(y[ib].qs)), acc0);
+  }
+  return hsum_float_8(_mm256_add_ps(acc0, acc1));
+}
+
+// ---- K-quants x Q8_K -----------------------------------------------------------------------
+
+// Rearranges the 12 packed scale bytes into 8 scales (bytes 0..7) then 8 mins (bytes 8..15).
+// Source: ggml-cpu quants.c (kmask1..3 / utmp shuffle).
+inline __m256i k4_mins_and_scales(const uint8_t* scales) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t utmp[4];
+  std::memcpy(utmp, scales, 12);
+  utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+  const uint32_t uaux = utmp[1] & kmask1;
+  utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+  utmp[2] = uaux;
+  utmp[0] &= kmask1;
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(utmp[3]), static_cast<int>(utmp[2]),
+                                            static_cast<int>(utmp[1]), static_cast<int>(utmp[0])));
+}
+
+// sum_j m_j * (bsums[2j] + bsums[2j+1]) as 4 int32 partial sums.
+inline __m128i k4_min_products(__m256i mins_and_scales, const int16_t* bsums) {
+  const __m256i q8sums = load256(bsums);
+  const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0),
+                                     _mm256_extracti128_si256(q8sums, 1));
+  return _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), q8s);
+}
+
+// int16 scale k (of 8) broadcast to all 16 lanes; `scales` holds the 8 scales in both halves.
+inline __m256i broadcast_scale16(__m256i scales, int k) {
+  return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(((2 * k + 1) << 8) | (2 * k))));
+}
+
+float dot_q4_k(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4K*>(w);
+  const auto* y = static_cast<const BlockQ8K*>(a);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_m = _mm_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d = y[i].d * f16(x[i].d);
+    const float dmin = -y[i].d * f16(x[i].dmin);
+    const __m256i mins_and_scales = k4_mins_and_scales(x[i].scales);
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
+    const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    const uint8_t* q4 = x[i].qs;
+    const int8_t* q8 = y[i].qs;
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < QK_K / 64; ++j) {
+      const __m256i scale_l = broadcast_scale16(scales, 2 * j + 0);
+      const __m256i scale_h = broadcast_scale16(scales, 2 * j + 1);
+      const __m256i q4bits = load256(q4);
+      q4 += 32;
+      const __m256i q4l = _mm256_and_si256(q4bits, m4);
+      const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+      const __m256i q8l = load256(q8);
+      q8 += 32;
+      const __m256i q8h = load256(q8);
+      q8 += 32;
+      const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
+      const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+  return hsum_float_8(acc) + _mm_cvtss_f32(acc_m);
+}
+
+float dot_q5_k(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ5K*>(w);
+  const auto* y = static_cast<const BlockQ8K*>(a);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i mone = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_m = _mm_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d = y[i].d * f16(x[i].d);
+    const float dmin = -y[i].d * f16(x[i].dmin);
+    const __m256i mins_and_scales = k4_mins_and_scales(x[i].scales);
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
+    const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    const __m256i hbits = load256(x[i].qh);
+    const uint8_t* q5 = x[i].qs;
+    const int8_t* q8 = y[i].qs;
+    __m256i sumi = _mm256_setzero_si256();
+    __m256i hmask = mone;
+    for (int j = 0; j < QK_K / 64; ++j) {
+      const __m256i scale_0 = broadcast_scale16(scales, 2 * j + 0);
+      const __m256i scale_1 = broadcast_scale16(scales, 2 * j + 1);
+      const __m256i q5bits = load256(q5);
+      q5 += 32;
+      // 5th bit: (qh & hmask) != 0 -> 16, via compare instead of a variable shift.
+      const __m256i h0 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, hmask), hmask),
+                                          _mm256_set1_epi8(16));
+      hmask = _mm256_slli_epi16(hmask, 1);
+      const __m256i h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, hmask), hmask),
+                                          _mm256_set1_epi8(16));
+      hmask = _mm256_slli_epi16(hmask, 1);
+      const __m256i q5_0 = _mm256_add_epi8(_mm256_and_si256(q5bits, m4), h0);
+      const __m256i q5_1 = _mm256_add_epi8(_mm256_and_si256(_mm256_srli_epi16(q5bits, 4), m4), h1);
+      const __m256i q8_0 = load256(q8);
+      q8 += 32;
+      const __m256i q8_1 = load256(q8);
+      q8 += 32;
+      const __m256i p16_0 = _mm256_madd_epi16(scale_0, _mm256_maddubs_epi16(q5_0, q8_0));
+      const __m256i p16_1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_0, p16_1));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+  return hsum_float_8(acc) + _mm_cvtss_f32(acc_m);
+}
+
+// 16 bytes: scale 2k repeated 8 times, then scale 2k+1 repeated 8 times.
+inline __m128i q6_scale_shuffle(int k) {
+  const char a = static_cast<char>(2 * k), b = static_cast<char>(2 * k + 1);
+  return _mm_set_epi8(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+}
+
+float dot_q6_k(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ6K*>(w);
+  const auto* y = static_cast<const BlockQ8K*>(a);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i m32s = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d = y[i].d * f16(x[i].d);
+    const uint8_t* q4 = x[i].ql;
+    const uint8_t* qh = x[i].qh;
+    const int8_t* q8 = y[i].qs;
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0, is = 0; j < QK_K / 128; ++j, is += 4) {
+      const __m256i q4bits1 = load256(q4);
+      const __m256i q4bits2 = load256(q4 + 32);
+      q4 += 64;
+      const __m256i q4bitsH = load256(qh);
+      qh += 32;
+      const __m256i q4h_0 = _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4);
+      const __m256i q4h_1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4);
+      const __m256i q4h_2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4);
+      const __m256i q4h_3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4);
+      const __m256i q6[4] = {
+          _mm256_or_si256(_mm256_and_si256(q4bits1, m4), q4h_0),
+          _mm256_or_si256(_mm256_and_si256(q4bits2, m4), q4h_1),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4), q4h_2),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4), q4h_3),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q8k = load256(q8 + 32 * k);
+        // (q6 - 32) . q8 = q6 . q8 - 32 * sum(q8): maddubs needs the unsigned operand first.
+        const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q6[k], q8k),
+                                             _mm256_maddubs_epi16(m32s, q8k));
+        const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, q6_scale_shuffle(is + k)));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p16));
+      }
+      q8 += 128;
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum_float_8(acc);
+}
+
+DotTable make_table() {
+  DotTable t;
+  auto set = [&](DType d, VecDotFn f) { t.dot[static_cast<int>(d)] = f; };
+  set(DType::F32, dot_f32);
+  set(DType::F16, dot_half<false>);
+  set(DType::BF16, dot_half<true>);
+  set(DType::Q4_0, dot_q_x_q8_0<BlockQ4_0, q4_0_bytes>);
+  set(DType::Q5_0, dot_q_x_q8_0<BlockQ5_0, q5_0_bytes>);
+  set(DType::Q8_0, dot_q_x_q8_0<BlockQ8_0, q8_0_bytes>);
+  set(DType::Q4_K, dot_q4_k);
+  set(DType::Q5_K, dot_q5_k);
+  set(DType::Q6_K, dot_q6_k);
+  return t;
+}
+
+}  // namespace
+
+const DotTable& avx2_dot_table() {
+  static const DotTable t = make_table();
+  return t;
+}
+
+}  // namespace larql::quant::detail

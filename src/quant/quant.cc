@@ -1,0 +1,143 @@
+// Public quant API: argument checks and run-time ISA dispatch over the per-ISA kernel tables.
+#include "quant/quant.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "quant/kernels.h"
+#include "util/error.h"
+
+namespace larql::quant {
+namespace {
+
+using detail::DotTable;
+
+Isa detect_once() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
+    return Isa::AVX2;  // no AVX-512 kernels yet: AVX-512 machines use the AVX2 table
+  return Isa::Scalar;
+}
+
+Isa clamp_isa(Isa isa) {
+  const Isa best = detect_isa();
+  return static_cast<int>(isa) > static_cast<int>(best) ? best : isa;
+}
+
+// Start-up ISA: detect_isa(), lowered by LARQL_ISA if set (read once, here).
+Isa initial_isa() {
+  Isa isa = detect_isa();
+  if (const char* env = std::getenv("LARQL_ISA")) {
+    const std::string v = env;
+    if (v == "scalar") isa = Isa::Scalar;
+    else if (v == "avx2") isa = Isa::AVX2;
+    else if (v == "avx512") isa = Isa::AVX512;
+    isa = clamp_isa(isa);
+  }
+  return isa;
+}
+
+std::atomic<int>& active_slot() {
+  static std::atomic<int> slot{static_cast<int>(initial_isa())};
+  return slot;
+}
+
+const DotTable& table_for(Isa isa) {
+  switch (isa) {
+    case Isa::AVX512:  // no AVX-512 table yet
+    case Isa::AVX2: return detail::avx2_dot_table();
+    default: return detail::ref_dot_table();
+  }
+}
+
+int type_index(DType t) {
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < detail::kMaxTypeId ? i : 0;
+}
+
+// Checks shared by the row functions: a known type and n a positive multiple of its block.
+void check_row(const char* fn, DType t, int64_t n) {
+  const auto& info = dtype_info(t);
+  if (n < 0 || n % info.block_size != 0)
+    throw Error(ErrorKind::InvalidArgument,
+                std::string(fn) + ": n=" + std::to_string(n) + " is not a multiple of the " +
+                    info.name + " block size " + std::to_string(info.block_size));
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::AVX2: return "avx2";
+    case Isa::AVX512: return "avx512";
+  }
+  return "unknown";
+}
+
+Isa detect_isa() {
+  static const Isa best = detect_once();
+  return best;
+}
+
+Isa active_isa() { return static_cast<Isa>(active_slot().load(std::memory_order_relaxed)); }
+
+void set_isa(Isa isa) { active_slot().store(static_cast<int>(clamp_isa(isa))); }
+
+DType vec_dot_type(DType weight) {
+  switch (weight) {
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::Q8_0: return DType::Q8_0;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return DType::Q8_K;
+    default: return DType::F32;
+  }
+}
+
+bool can_dequantize(DType t) { return detail::ref_dequant_fn(t) != nullptr; }
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  const auto fn = detail::ref_dequant_fn(t);
+  if (!fn)
+    throw Error(ErrorKind::Unsupported,
+                std::string("dequantize_row: no kernel for dtype ") + dtype_name(t));
+  check_row("dequantize_row", t, n);
+  fn(src, dst, n);
+}
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  const auto fn = detail::ref_quant_fn(t);
+  if (!fn)
+    throw Error(ErrorKind::Unsupported,
+                std::string("quantize_row: no quantiser for dtype ") + dtype_name(t));
+  check_row("quantize_row", t, n);
+  fn(src, dst, n);
+}
+
+VecDotFn vec_dot_fn(DType w, Isa isa) {
+  const int i = type_index(w);
+  if (VecDotFn f = table_for(clamp_isa(isa)).dot[i]) return f;
+  if (VecDotFn f = detail::ref_dot_table().dot[i]) return f;
+  throw Error(ErrorKind::Unsupported, std::string("vec_dot: no kernel for dtype ") + dtype_name(w));
+}
+
+VecDotFn vec_dot_fn(DType w) { return vec_dot_fn(w, active_isa()); }
+
+float vec_dot(DType w, int64_t n, const void* w_row, const void* act) {
+  const VecDotFn f = vec_dot_fn(w);
+  check_row("vec_dot", w, n);
+  return f(n, w_row, act);
+}
+
+float vec_dot_ref(DType w, int64_t n, const void* w_row, const void* act) {
+  const VecDotFn f = vec_dot_fn(w, Isa::Scalar);
+  check_row("vec_dot_ref", w, n);
+  return f(n, w_row, act);
+}
+
+}  // namespace larql::quant

@@ -1,0 +1,60 @@
+// Block weight formats: dequantisation, quantisation and dot-product kernels.
+// Layouts follow ggml's published block structs (ggml-common.h) byte for byte, so GGUF tensor
+// data is used in place. A scalar reference exists for every kernel; SIMD versions (AVX2, AVX-512)
+// are picked once at run time from CPUID and must agree with the reference within the bounds
+// documented in tests/quant/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "util/dtype.h"
+
+namespace larql::quant {
+
+/// Instruction sets with kernels. Ordered: a later one implies the earlier ones.
+enum class Isa { Scalar = 0, AVX2 = 1, AVX512 = 2 };
+const char* isa_name(Isa isa);
+/// Best ISA this CPU supports (and we have kernels for).
+Isa detect_isa();
+/// ISA used by vec_dot() now (starts at detect_isa(); the LARQL_ISA=scalar|avx2|avx512
+/// environment variable, read once at start-up, can lower it for debugging).
+Isa active_isa();
+/// Force an ISA (clamped to detect_isa()). For tests and benchmarks.
+void set_isa(Isa isa);
+
+/// The activation format a weight type is multiplied with:
+/// Q4_0, Q5_0, Q8_0 -> Q8_0; Q4_K, Q5_K, Q6_K -> Q8_K; everything else -> F32.
+DType vec_dot_type(DType weight);
+
+/// True if dequantize_row supports `t`.
+bool can_dequantize(DType t);
+
+/// Dequantise n elements (n a multiple of the block size) of `t` from `src` into `dst` [n].
+/// Errors: Error{Unsupported} for a type without a kernel.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+
+/// Quantise n f32 values into `dst` (row_bytes(t, n) bytes). Supported: F32, F16, BF16, Q8_0,
+/// Q8_K (activation formats, as in ggml's quantize_row_*_ref) and Q4_0, Q5_0, Q4_K, Q5_K, Q6_K
+/// (simple reference quantisers, used to build synthetic test models; not llama.cpp's
+/// error-minimising search). Errors: Error{Unsupported}.
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+/// Dot product of one weight row of type `w` (n elements) with an activation row already
+/// quantised to vec_dot_type(w). For F32/F16/BF16 (and other types whose activation is F32),
+/// `act` is float[n]. Uses the active ISA.
+float vec_dot(DType w, int64_t n, const void* w_row, const void* act);
+/// The scalar reference of vec_dot, always available.
+float vec_dot_ref(DType w, int64_t n, const void* w_row, const void* act);
+
+/// A row-dot kernel for one weight type: (n elements, weight row, activation row) -> dot.
+/// Same contract as vec_dot, but no argument checks: n must be a multiple of the block size.
+using VecDotFn = float (*)(int64_t n, const void* w_row, const void* act);
+/// The kernel vec_dot(w, ...) would use now (active ISA), for hoisting the dispatch out of a
+/// matvec's row loop. Errors: Error{Unsupported} if `w` has no kernel.
+VecDotFn vec_dot_fn(DType w);
+/// The kernel for an explicit ISA (clamped to detect_isa()); falls back to the scalar kernel
+/// where that ISA has none. For tests and benchmarks. Errors: as vec_dot_fn.
+VecDotFn vec_dot_fn(DType w, Isa isa);
+
+}  // namespace larql::quant

@@ -1,0 +1,158 @@
+// SentencePiece-style (SPM) tokenizer over a GGUF vocabulary, matching llama.cpp.
+//
+// Behaviour follows llama.cpp's `llama_vocab::impl::tokenize` for LLAMA_VOCAB_TYPE_SPM
+// (src/llama-vocab.cpp, llama-cpp-python 0.3.36):
+//   1. special-token partition (`tokenizer_st_partition`): every CONTROL / USER_DEFINED / UNKNOWN
+//      token, longest text first, is cut out of the raw text; with parse_special == false the
+//      CONTROL and UNKNOWN tokens are skipped, but USER_DEFINED ones (Gemma: whitespace runs,
+//      "\n", "\t", HTML tags) are still matched;
+//   2. each remaining text fragment: optional leading space (add_space_prefix, only after BOS /
+//      a special token), ' ' -> U+2581 "▁", then `llm_tokenizer_spm_session`: split into UTF-8
+//      characters, repeatedly merge the adjacent pair whose concatenation is a vocabulary entry
+//      with the highest score (ties: leftmost pair), then emit each symbol's id, or its bytes as
+//      `<0xXX>` byte-fallback tokens when the symbol is not in the vocabulary.
+// Vocabulary fields: ggml/docs/gguf.md "tokenizer.ggml.*" (tokens, scores, token_type, *_token_id,
+// add_bos_token, add_eos_token, add_space_prefix).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace larql {
+
+class GgufFile;
+
+/// Token types as stored in `tokenizer.ggml.token_type` (llama.cpp `llama_token_type`).
+enum class TokenType : int32_t {
+  Undefined = 0,
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6,
+};
+
+/// A vocabulary as plain data; what `Tokenizer::from_gguf` reads, and what tests build by hand.
+/// `tokens`, `scores` and `types` are indexed by token id and must have equal length.
+/// Special ids are -1 when absent.
+struct VocabData {
+  std::vector<std::string> tokens;  ///< piece text; SPM pieces use U+2581 for a space
+  std::vector<float> scores;        ///< merge priority (higher merges first); log-probabilities
+  std::vector<TokenType> types;
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  int32_t pad_id = -1;
+  int32_t unk_id = -1;
+  bool add_bos = true;
+  bool add_eos = false;
+  bool add_space_prefix = false;
+};
+
+/// An immutable SPM tokenizer. Cheap to copy (the tables are shared); thread-safe for concurrent
+/// const use.
+class Tokenizer {
+ public:
+  /// Build from plain data. Errors: InvalidArgument if the arrays differ in length, the
+  /// vocabulary is empty, a piece is empty or duplicated (naming its id), or a special id is
+  /// out of range.
+  explicit Tokenizer(VocabData vocab);
+
+  /// Read `tokenizer.ggml.*` from a GGUF file. Only `tokenizer.ggml.model == "llama"` (SPM) is
+  /// supported; any other model gives Error{Unsupported} naming it. Missing tokens array gives
+  /// Error{NotFound}; a scores / token_type array of another length gives Error{Format}.
+  /// Missing scores default to 0, missing types to Normal (as llama.cpp does).
+  static Tokenizer from_gguf(const GgufFile& gguf);
+
+  /// Text (UTF-8 bytes; invalid UTF-8 is tolerated, as in llama.cpp) -> token ids.
+  /// add_bos: prepend bos_id() when the vocabulary says add_bos() (and append eos when it says
+  /// add_eos) — llama.cpp's `add_special`. parse_special: also match CONTROL tokens such as
+  /// "<start_of_turn>" in the text (USER_DEFINED tokens are always matched).
+  /// Runs in O(n log n) in the text length n (plus one hash probe per position and distinct
+  /// special-token length). Errors: Unsupported if a byte needs a fallback token and the
+  /// vocabulary has neither `<0xXX>`, the one-byte piece, nor an unk id.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
+
+  /// Token ids -> text: the concatenation of token_to_piece(id). skip_special drops CONTROL and
+  /// UNKNOWN tokens (llama.cpp detokenize with unparse_special = false). With add_space_prefix
+  /// the first piece loses one leading space. Errors: InvalidArgument on an id out of range.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+
+  /// The bytes a token stands for (llama.cpp token_to_piece with special = true): NORMAL pieces
+  /// with U+2581 -> ' '; BYTE tokens `<0xXX>` -> that single byte; CONTROL / UNKNOWN /
+  /// USER_DEFINED -> their text verbatim; UNUSED / UNDEFINED -> "". Not necessarily valid UTF-8.
+  /// Errors: InvalidArgument if id is outside [0, vocab_size()).
+  std::string token_to_piece(int32_t id) const;
+
+  /// The stored piece text (U+2581 kept). Errors: InvalidArgument on a bad id.
+  const std::string& token_text(int32_t id) const;
+  /// Score / type of a token. Errors: InvalidArgument on a bad id.
+  float token_score(int32_t id) const;
+  TokenType token_type(int32_t id) const;
+
+  int32_t bos_id() const;
+  int32_t eos_id() const;
+  int32_t pad_id() const;
+  int32_t unk_id() const;
+  bool add_bos() const;
+  int32_t vocab_size() const;
+
+  /// Exact lookup of a piece text, e.g. "<end_of_turn>" or "▁the".
+  std::optional<int32_t> find_token(std::string_view piece) const;
+  /// True for CONTROL tokens (<bos>, <eos>, <start_of_turn>, ...). InvalidArgument on a bad id.
+  bool is_control(int32_t id) const;
+
+  struct Impl;
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+/// Incremental detokenizer for streaming generation. Feeds ids one at a time and returns only
+/// complete, valid UTF-8: a multi-byte character split across byte-fallback tokens is held back
+/// until its last byte arrives. Invalid sequences are replaced by U+FFFD, one per maximal
+/// subpart (Unicode 15 §3.9, "U+FFFD Substitution of Maximal Subparts").
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(Tokenizer tokenizer, bool skip_special = false);
+  /// Append one token; returns the newly completed text (possibly ""). Errors: InvalidArgument
+  /// on an id out of range.
+  std::string push(int32_t id);
+  /// Emit whatever is held back (an incomplete tail becomes U+FFFD) and reset.
+  std::string flush();
+  /// Bytes currently held back (0..3).
+  size_t pending_bytes() const { return pending_.size(); }
+
+ private:
+  Tokenizer tok_;
+  bool skip_special_;
+  bool first_ = true;
+  std::string pending_;
+};
+
+/// Repair UTF-8: invalid sequences -> U+FFFD (maximal subparts). If `hold_incomplete_tail`, a
+/// trailing valid-but-incomplete sequence is not emitted; its length is stored in *held.
+std::string utf8_sanitize(std::string_view bytes, bool hold_incomplete_tail, size_t* held);
+
+/// One chat turn. role: "system" (first message only), "user", "assistant" or "model".
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+/// Gemma's chat template (tokenizer_config.json of google/gemma-3-*-it), without the BOS (added by
+/// encode(add_bos = true)):
+///   `<start_of_turn>{role}\n{content | trim}<end_of_turn>\n` per turn, "assistant" -> "model";
+///   a leading "system" message is not a turn: its content + "\n\n" is prepended to the first
+///   turn's content; add_generation_prompt appends `<start_of_turn>model\n`.
+/// Errors: InvalidArgument if a system message is not first, a role is unknown, or turns do not
+/// alternate user / model starting with user (the template's raise_exception).
+std::string apply_gemma_chat_template(const std::vector<ChatMessage>& messages,
+                                      bool add_generation_prompt);
+
+}  // namespace larql

@@ -1,0 +1,81 @@
+#include "util/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LARQL_PAUSE() _mm_pause()
+#else
+#define LARQL_PAUSE() ((void)0)
+#endif
+
+namespace larql {
+namespace {
+
+void chunk_of(int64_t n, int64_t grain, int parts, int index, int64_t* b, int64_t* e) {
+  const int64_t units = (n + grain - 1) / grain;
+  const int64_t per = units / parts, extra = units % parts;
+  const int64_t ub = index * per + std::min<int64_t>(index, extra);
+  const int64_t ue = ub + per + (index < extra ? 1 : 0);
+  *b = std::min(n, ub * grain);
+  *e = std::min(n, ue * grain);
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) {
+  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  n_threads_ = n_threads;
+  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                              int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (n_threads_ == 1 || n <= grain) {
+    fn(0, n);
+    return;
+  }
+  job_ = &fn;
+  job_n_ = n;
+  job_grain_ = grain;
+  pending_.store(n_threads_ - 1, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  int64_t b, e;
+  chunk_of(n, grain, n_threads_, 0, &b, &e);
+  if (b < e) fn(b, e);
+  while (pending_.load(std::memory_order_acquire) != 0) LARQL_PAUSE();
+}
+
+void ThreadPool::worker(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    int spins = 0;
+    while (g == seen) {
+      if (++spins < 20000) {
+        LARQL_PAUSE();
+      } else {
+        generation_.wait(g, std::memory_order_acquire);
+      }
+      g = generation_.load(std::memory_order_acquire);
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_acquire)) return;
+    int64_t b, e;
+    chunk_of(job_n_, job_grain_, n_threads_, index, &b, &e);
+    if (b < e) (*job_)(b, e);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace larql

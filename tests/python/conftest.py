@@ -1,0 +1,69 @@
+"""Shared pytest fixtures for the Python-driven tests.
+
+- `larql_bin`: the larql binary (env LARQL_BIN, default build/larql). Missing -> the test FAILS
+  (CI always builds it; a silently skipped parity suite would hide a broken build).
+- `model_path`: the GGUF (env LARQL_MODEL, default models/gemma-3-270m-q4_k_m.gguf). Missing ->
+  skip with a loud reason (run `make setup`).
+- `llama_cpp_mod`: the llama-cpp-python module. Missing -> skip with a loud reason.
+
+Only tests that request a fixture are affected, so tests that need none of these (e.g. the
+dequantisation tests that use only `gguf`) keep running.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peer  # noqa: E402
+
+
+def _loud(msg: str) -> str:
+    bar = "!" * 78
+    return f"\n{bar}\n!! {msg}\n{bar}"
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    p = peer.model_path()
+    if not p.is_file() or p.stat().st_size == 0:
+        reason = _loud(f"model not found at {p} (set LARQL_MODEL or run `make setup`)")
+        warnings.warn(reason)
+        pytest.skip(reason)
+    return p
+
+
+@pytest.fixture(scope="session")
+def larql_bin() -> Path:
+    p = peer.larql_bin()
+    if not p.is_file() or not os.access(p, os.X_OK):
+        pytest.fail(f"larql binary not found or not executable at {p} "
+                    f"(set LARQL_BIN or run `make build`)", pytrace=False)
+    return p
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_mod():
+    try:
+        return peer.import_llama_cpp()
+    except ImportError as e:
+        reason = _loud(f"llama-cpp-python is not importable ({e}); the llama.cpp peer tests "
+                       f"are SKIPPED. Run `make setup` to build it into .venv")
+        warnings.warn(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def results_dir() -> Path:
+    return peer.results_dir()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    path = peer.results_dir(create=False) / "parity-results.json"
+    if path.exists():
+        terminalreporter.write_line(f"parity/generation numbers: {path}")

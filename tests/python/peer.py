@@ -1,0 +1,385 @@
+"""Shared helpers for the peer tests: run the larql CLI, run llama.cpp (llama-cpp-python), and
+compare logit matrices.
+
+Everything that produces an *expected* value comes from llama.cpp, never from larql's own output.
+
+Logit matrices are large (vocab 262,144: a 2,048-position f32 matrix is ~2 GiB), so the
+comparison functions work in float64 chunks of rows and accept memory-mapped arrays.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_BIN = REPO_ROOT / "build" / "larql"
+DEFAULT_MODEL = REPO_ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+# Gemma 3 special ids (checked against the model's vocab in the tests, not assumed blindly).
+EOS_ID = 1
+END_OF_TURN_ID = 106
+STOP_IDS = (EOS_ID, END_OF_TURN_ID)
+
+THREADS = int(os.environ.get("LARQL_THREADS", "2"))
+
+
+def larql_bin() -> Path:
+    return Path(os.environ.get("LARQL_BIN", str(DEFAULT_BIN)))
+
+
+def model_path() -> Path:
+    return Path(os.environ.get("LARQL_MODEL", str(DEFAULT_MODEL)))
+
+
+def results_dir(create: bool = True) -> Path:
+    d = Path(os.environ.get("LARQL_RESULTS_DIR", str(REPO_ROOT / "build")))
+    if create:
+        d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def record_results(name: str, payload: dict) -> Path:
+    """Merge `payload` under key `name` into <results_dir>/parity-results.json and return the path."""
+    path = results_dir() / "parity-results.json"
+    data = {}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, OSError):
+            data = {}
+    data[name] = payload
+    data.setdefault("_meta", {})["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
+    return path
+
+
+def read_lines(name: str) -> list[str]:
+    """Non-empty, non-comment lines of tests/python/data/<name>. `\\n` escapes become newlines."""
+    out = []
+    for line in (DATA_DIR / name).read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        out.append(line.replace("\\n", "\n"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# larql CLI
+# --------------------------------------------------------------------------------------------
+
+class LarqlError(AssertionError):
+    pass
+
+
+def run_larql(args: Sequence[str], timeout: float = 600, check: bool = True,
+              binary: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `larql ARGS...`; with check=True a non-zero exit raises LarqlError with stderr."""
+    cmd = [str(binary or larql_bin()), *map(str, args)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              errors="replace")
+    except subprocess.TimeoutExpired as e:
+        raise LarqlError(f"timed out after {timeout}s: {' '.join(cmd)}\n"
+                         f"stderr: {(e.stderr or '')[-2000:]}") from None
+    if check and proc.returncode != 0:
+        raise LarqlError(f"exit {proc.returncode}: {' '.join(cmd)}\nstderr: {proc.stderr[-4000:]}")
+    return proc
+
+
+def _parse_json_stdout(proc: subprocess.CompletedProcess, what: str) -> dict:
+    text = proc.stdout.strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        # Tolerate log lines before the object: take the last line that parses.
+        for line in reversed(text.splitlines()):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    pass
+    raise LarqlError(f"larql {what}: stdout is not one JSON object:\n{text[:2000]}\n"
+                     f"stderr: {proc.stderr[-2000:]}")
+
+
+def larql_tokenize(text: str, model: Path | None = None, timeout: float = 120) -> list[int]:
+    proc = run_larql(["tokenize", model or model_path(), text, "--json"], timeout=timeout)
+    return [int(t) for t in _parse_json_stdout(proc, "tokenize")["ids"]]
+
+
+def larql_perplexity(text_file: Path, logits_out: Path | None = None, max_tokens: int | None = None,
+                     model: Path | None = None, threads: int = THREADS,
+                     timeout: float = 1200) -> dict:
+    args = ["perplexity", model or model_path(), text_file, "--json", "--threads", threads]
+    if max_tokens is not None:
+        args += ["--max-tokens", max_tokens]
+    if logits_out is not None:
+        args += ["--logits-out", logits_out]
+    proc = run_larql(args, timeout=timeout)
+    out = _parse_json_stdout(proc, "perplexity")
+    out["ids"] = [int(t) for t in out["ids"]]
+    return out
+
+
+def larql_generate(prompt: str, n: int, model: Path | None = None, threads: int = THREADS,
+                   chat: bool = False, timeout: float = 600) -> dict:
+    args = ["run", model or model_path(), prompt, "-n", n, "--temperature", "0", "--json",
+            "--threads", threads]
+    if chat:
+        args.append("--chat")
+    proc = run_larql(args, timeout=timeout)
+    out = _parse_json_stdout(proc, "run")
+    out["ids"] = [int(t) for t in out["ids"]]
+    out["prompt_ids"] = [int(t) for t in out["prompt_ids"]]
+    return out
+
+
+def larql_bench(prompt_tokens: int = 512, decode_tokens: int = 128, threads: int = THREADS,
+                model: Path | None = None, binary: Path | None = None,
+                timeout: float = 1800) -> dict:
+    args = ["bench", model or model_path(), "--prompt-tokens", prompt_tokens,
+            "--decode-tokens", decode_tokens, "--threads", threads, "--json"]
+    proc = run_larql(args, timeout=timeout, binary=binary)
+    return _parse_json_stdout(proc, "bench")
+
+
+# --------------------------------------------------------------------------------------------
+# llama.cpp (llama-cpp-python)
+# --------------------------------------------------------------------------------------------
+
+def import_llama_cpp():
+    import llama_cpp  # noqa: F401  (raises ImportError when the venv lacks it)
+    return llama_cpp
+
+
+def load_llama(n_ctx: int = 2048, logits_all: bool = False, model: Path | None = None,
+               threads: int = THREADS, n_batch: int = 512):
+    """A llama.cpp context on the model. With logits_all=True `llm.scores` is [n_ctx, vocab] f32
+    (allocated lazily by numpy, touched only for evaluated rows)."""
+    llama_cpp = import_llama_cpp()
+    return llama_cpp.Llama(
+        model_path=str(model or model_path()),
+        n_ctx=n_ctx,
+        n_batch=n_batch,
+        n_ubatch=n_batch,
+        n_threads=threads,
+        n_threads_batch=threads,
+        logits_all=logits_all,
+        seed=0,
+        verbose=False,
+    )
+
+
+def llama_tokenize(llm, text: str) -> list[int]:
+    """llama.cpp's tokenization with BOS and special tokens parsed (the larql contract)."""
+    return [int(t) for t in llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)]
+
+
+def llama_logits(llm, ids: Sequence[int]) -> np.ndarray:
+    """Logits [len(ids), vocab] (a view into llm.scores; copy if you keep it across evals).
+    Row i = logits after consuming ids[0..i]. Requires logits_all=True and n_ctx >= len(ids)."""
+    if not llm._logits_all:
+        raise ValueError("llama context needs logits_all=True")
+    if len(ids) > llm.n_ctx():
+        raise ValueError(f"{len(ids)} tokens > n_ctx {llm.n_ctx()}")
+    llm.reset()
+    llm.eval(list(ids))
+    return llm.scores[: len(ids)]
+
+
+def _last_logits(llm) -> np.ndarray:
+    import llama_cpp
+    ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
+
+def llama_greedy(llm, prompt_ids: Sequence[int], n: int,
+                 stop_ids: Iterable[int] = STOP_IDS) -> list[int]:
+    """Greedy (argmax) continuation of prompt_ids for up to n tokens; stops after a stop id (the
+    stop id is included, matching the decision point; callers compare up to and including it)."""
+    stop = set(stop_ids)
+    llm.reset()
+    llm.eval(list(prompt_ids))
+    out: list[int] = []
+    for _ in range(n):
+        tok = int(np.argmax(_last_logits(llm)))
+        out.append(tok)
+        if tok in stop:
+            break
+        llm.eval([tok])
+    return out
+
+
+def llama_bench(llm, prompt_ids: Sequence[int], decode_tokens: int) -> dict:
+    """Prefill tok/s over one eval of prompt_ids, decode tok/s over decode_tokens single-token
+    evals (greedy argmax, stop tokens ignored) on a fresh context."""
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(list(prompt_ids))
+    _ = _last_logits(llm)[0]
+    t_prefill = time.perf_counter() - t0
+    tok = int(np.argmax(_last_logits(llm)))
+    t0 = time.perf_counter()
+    for _ in range(decode_tokens):
+        llm.eval([tok])
+        tok = int(np.argmax(_last_logits(llm)))
+    t_decode = time.perf_counter() - t0
+    return {
+        "prompt_tokens": len(prompt_ids),
+        "decode_tokens": decode_tokens,
+        "prefill_s": t_prefill,
+        "decode_s": t_decode,
+        "prefill_tok_s": len(prompt_ids) / t_prefill,
+        "decode_tok_s": decode_tokens / t_decode,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing logit matrices
+# --------------------------------------------------------------------------------------------
+
+def _log_softmax64(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    z = x - m
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+@dataclass
+class Comparison:
+    """Per-position comparison of reference (llama.cpp) and test (larql) logits."""
+    kl: np.ndarray                 # [n] KL(ref || test) in nats
+    top1_ref: np.ndarray           # [n] argmax of the reference
+    top1_test: np.ndarray          # [n] argmax of larql
+    ref_margin: np.ndarray         # [n] reference top-1 minus top-2 logit (near-ties explain flips)
+    nll_ref: np.ndarray            # [n-1] -log p_ref(ids[i+1] | ids[:i+1])
+    nll_test: np.ndarray           # [n-1] same under larql
+    max_abs_dlogit: np.ndarray     # [n] max |Δlogit| per row
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.kl.shape[0])
+
+    def agree(self) -> np.ndarray:
+        return self.top1_ref == self.top1_test
+
+    def summary(self, start: int = 0, stop: int | None = None) -> dict:
+        sl = slice(start, stop)
+        agree = self.agree()[sl]
+        kl = self.kl[sl]
+        if agree.size == 0:
+            return {"positions": 0}
+        nll_sl = slice(start, None if stop is None else max(stop - 1, 0))
+        nll_r, nll_t = self.nll_ref[nll_sl], self.nll_test[nll_sl]
+        return {
+            "positions": int(agree.size),
+            "top1_agreement": float(agree.mean()),
+            "top1_disagreements": int((~agree).sum()),
+            "kl_mean": float(kl.mean()),
+            "kl_max": float(kl.max()),
+            "kl_p99": float(np.quantile(kl, 0.99)),
+            "max_abs_dlogit": float(self.max_abs_dlogit[sl].max()),
+            "ppl_ref": float(math.exp(nll_r.mean())) if nll_r.size else None,
+            "ppl_test": float(math.exp(nll_t.mean())) if nll_t.size else None,
+        }
+
+    def disagreements(self, limit: int = 20) -> list[dict]:
+        idx = np.nonzero(~self.agree())[0][:limit]
+        return [{"pos": int(i), "ref": int(self.top1_ref[i]), "test": int(self.top1_test[i]),
+                 "ref_margin": float(self.ref_margin[i]), "kl": float(self.kl[i])} for i in idx]
+
+
+def compare_logits(ref, test, ids: Sequence[int], chunk: int = 32) -> Comparison:
+    """Compare two [n, vocab] logit matrices (numpy arrays or np.load(mmap_mode='r') memmaps)
+    row-chunk by row-chunk in float64. Row i predicts ids[i+1]."""
+    n = len(ids)
+    if ref.shape[0] < n or test.shape[0] < n:
+        raise ValueError(f"logit rows {ref.shape[0]} / {test.shape[0]} < {n} ids")
+    if ref.shape[1] != test.shape[1]:
+        raise ValueError(f"vocab mismatch: llama.cpp {ref.shape[1]} vs larql {test.shape[1]}")
+    ids_arr = np.asarray(ids, dtype=np.int64)
+    kl = np.empty(n)
+    t1r = np.empty(n, dtype=np.int64)
+    t1t = np.empty(n, dtype=np.int64)
+    margin = np.empty(n)
+    maxd = np.empty(n)
+    nll_r = np.empty(max(n - 1, 0))
+    nll_t = np.empty(max(n - 1, 0))
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        rows = np.arange(e - s)
+        r = np.asarray(ref[s:e], dtype=np.float64)
+        t = np.asarray(test[s:e], dtype=np.float64)
+        if not np.all(np.isfinite(t)):
+            bad = s + int(np.nonzero(~np.isfinite(t).all(axis=1))[0][0])
+            raise AssertionError(f"larql logits contain non-finite values at position {bad}")
+        a_r = r.argmax(axis=1)
+        t1r[s:e] = a_r
+        t1t[s:e] = t.argmax(axis=1)
+        best = r[rows, a_r]
+        r[rows, a_r] = -np.inf
+        margin[s:e] = best - r.max(axis=1)
+        r[rows, a_r] = best
+        # log-softmax pieces; KL = sum p_r (r - t) - lse_r + lse_t, since sum p_r = 1.
+        m_r = best[:, None]
+        p = np.exp(r - m_r)
+        z_r = p.sum(axis=1)
+        lse_r = m_r[:, 0] + np.log(z_r)
+        p /= z_r[:, None]
+        m_t = t.max(axis=1)
+        lse_t = m_t + np.log(np.exp(t - m_t[:, None]).sum(axis=1))
+        d = r - t
+        maxd[s:e] = np.abs(d).max(axis=1)
+        kl[s:e] = (p * d).sum(axis=1) - lse_r + lse_t
+        del p, d
+        # NLL of the next token: rows s..e-1 predict ids[s+1..e]; the last row has no target.
+        tgt_pos = np.arange(s, e) + 1
+        ok = tgt_pos < n
+        if ok.any():
+            tgt = ids_arr[tgt_pos[ok]]
+            nll_r[tgt_pos[ok] - 1] = lse_r[ok] - r[rows[ok], tgt]
+            nll_t[tgt_pos[ok] - 1] = lse_t[ok] - t[rows[ok], tgt]
+        del r, t
+    return Comparison(kl=np.maximum(kl, 0.0), top1_ref=t1r, top1_test=t1t, ref_margin=margin,
+                      nll_ref=nll_r, nll_test=nll_t, max_abs_dlogit=maxd)
+
+
+def perplexity_from_logits(logits, ids: Sequence[int], chunk: int = 64) -> float:
+    """exp(mean over i=1..n-1 of -log p(ids[i] | ids[:i])) from a [n, vocab] logit matrix."""
+    n = len(ids)
+    total = 0.0
+    for s in range(0, n - 1, chunk):
+        e = min(n - 1, s + chunk)
+        lp = _log_softmax64(np.asarray(logits[s:e], dtype=np.float64))
+        total -= lp[np.arange(e - s), np.asarray(ids[s + 1:e + 1])].sum()
+    return math.exp(total / (n - 1))
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token, or None when one is a prefix of the other and the
+    lengths match."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def write_text_file(text: str, directory: Path | None = None) -> Path:
+    fd, name = tempfile.mkstemp(suffix=".txt", dir=directory)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return Path(name)

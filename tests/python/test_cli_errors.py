@@ -1,0 +1,117 @@
+"""Bad input gives a clear error and a non-zero exit, never a crash (ARCHITECTURE.md, Errors).
+
+Each case: exit status in 1..127 (not killed by a signal, not a shell 'signal' status >= 128),
+stderr has a line starting with `error:` that names the problem, and no crash marker.
+"""
+from __future__ import annotations
+
+
+import pytest
+
+import peer
+
+pytestmark = pytest.mark.usefixtures("larql_bin")
+
+CRASH_MARKERS = ("Segmentation fault", "core dumped", "Aborted", "terminate called",
+                 "AddressSanitizer", "Traceback (most recent call last)", "std::bad_alloc")
+
+
+def _check_error(proc, *keywords, what=""):
+    err = proc.stderr
+    detail = f"{what}\nexit {proc.returncode}\nstderr: {err[-2000:]!r}\nstdout: {proc.stdout[-500:]!r}"
+    assert proc.returncode > 0, f"expected a non-zero exit (negative = killed by signal): {detail}"
+    assert proc.returncode < 128, f"exit status looks like a signal: {detail}"
+    for m in CRASH_MARKERS:
+        assert m not in err, f"crash marker {m!r} on stderr: {detail}"
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert lines, f"no line starting with 'error:' on stderr: {detail}"
+    msg = " ".join(lines).lower()
+    if keywords:
+        assert any(k.lower() in msg for k in keywords), \
+            f"error message does not name the problem (expected one of {keywords}): {detail}"
+
+
+def _run(args, timeout=120):
+    return peer.run_larql(args, timeout=timeout, check=False)
+
+
+def test_missing_model_file(tmp_path):
+    missing = tmp_path / "does-not-exist.gguf"
+    proc = _run(["run", missing, "hello", "-n", "4"])
+    _check_error(proc, "does-not-exist.gguf", "no such file", "not found", "cannot open",
+                 what="missing model")
+
+
+def test_missing_model_file_perplexity(tmp_path):
+    txt = tmp_path / "t.txt"
+    txt.write_text("hello world")
+    proc = _run(["perplexity", tmp_path / "nope.gguf", txt, "--json"])
+    _check_error(proc, "nope.gguf", "no such file", "not found", "cannot open",
+                 what="missing model (perplexity)")
+
+
+def test_not_a_gguf(tmp_path):
+    bad = tmp_path / "garbage.gguf"
+    bad.write_bytes(b"this is not a gguf file at all\n" * 100 + bytes(range(256)) * 16)
+    proc = _run(["run", bad, "hello", "-n", "4"])
+    _check_error(proc, "magic", "gguf", "not a", "garbage.gguf", what="non-GGUF file")
+
+
+def test_empty_file(tmp_path):
+    bad = tmp_path / "empty.gguf"
+    bad.write_bytes(b"")
+    proc = _run(["run", bad, "hello", "-n", "4"])
+    _check_error(proc, "empty", "truncated", "gguf", "too small", "magic", "empty.gguf",
+                 what="empty file")
+
+
+def test_truncated_gguf(model_path, tmp_path):
+    trunc = tmp_path / "truncated.gguf"
+    with open(model_path, "rb") as src, open(trunc, "wb") as dst:
+        dst.write(src.read(1 << 20))
+    proc = _run(["run", trunc, "hello", "-n", "4"])
+    _check_error(proc, "truncat", "offset", "beyond", "past the end", "out of range", "size",
+                 "end of file", "short", what="truncated GGUF (first 1 MiB)")
+
+
+def test_truncated_gguf_header(model_path, tmp_path):
+    # Cut inside the metadata (strings / arrays), not just the tensor data.
+    trunc = tmp_path / "truncated-header.gguf"
+    with open(model_path, "rb") as src, open(trunc, "wb") as dst:
+        dst.write(src.read(4096))
+    proc = _run(["run", trunc, "hello", "-n", "4"])
+    _check_error(proc, what="truncated GGUF (first 4 KiB)")
+
+
+def test_top_p_out_of_range(model_path):
+    proc = _run(["run", model_path, "hello", "-n", "4", "--top-p", "2"])
+    _check_error(proc, "top-p", "top_p", what="--top-p 2")
+
+
+def test_negative_temperature(model_path):
+    proc = _run(["run", model_path, "hello", "-n", "4", "--temperature", "-1"])
+    _check_error(proc, "temperature", what="--temperature -1")
+
+
+def test_unknown_subcommand(model_path):
+    proc = _run(["frobnicate", model_path])
+    # The message must name the offending word, not just say that a subcommand is required.
+    _check_error(proc, "frobnicate", what="unknown subcommand")
+
+
+def test_prompt_longer_than_context(model_path):
+    prompt = "The quick brown fox jumps over the lazy dog. " * 40   # ~400 tokens
+    proc = _run(["run", model_path, prompt, "-n", "4", "--ctx-size", "64"])
+    _check_error(proc, "context", "ctx", "too long", "longer", what="prompt > --ctx-size 64")
+
+
+def test_no_arguments():
+    proc = _run([])
+    # Usage text is fine, but it must be a clean non-zero exit with an error line.
+    assert 0 < proc.returncode < 128, f"exit {proc.returncode}, stderr {proc.stderr[-500:]!r}"
+
+
+def test_perplexity_missing_text_file(model_path, tmp_path):
+    proc = _run(["perplexity", model_path, tmp_path / "missing.txt", "--json"])
+    _check_error(proc, "missing.txt", "no such file", "not found", "cannot open",
+                 what="missing text file")

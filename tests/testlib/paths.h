@@ -1,0 +1,29 @@
+// Paths the tests use: the source tree and the real default model.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace larql::testing {
+
+/// Root of the source tree (set by CTest; falls back to the working directory).
+inline std::string source_dir() {
+  const char* s = std::getenv("LARQL_SOURCE_DIR");
+  return s ? s : std::filesystem::current_path().string();
+}
+
+/// The default model, or "" if it is not there (setup puts it at models/).
+inline std::string default_model_path() {
+  const char* s = std::getenv("LARQL_MODEL");
+  std::string p = s ? s : source_dir() + "/models/gemma-3-270m-q4_k_m.gguf";
+  return std::filesystem::exists(p) ? p : "";
+}
+
+}  // namespace larql::testing
+
+/// Skip (loudly) a test that needs the real model when it is absent. CI always has it:
+/// `make test` installs it first.
+#define LARQL_REQUIRE_MODEL(var)                                                        \
+  std::string var = ::larql::testing::default_model_path();                             \
+  if (var.empty()) GTEST_SKIP() << "real model missing: run `make setup` (models/...)"
