@@ -53,7 +53,15 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   int64_t b, e;
   chunk_of(n, grain, n_threads_, 0, &b, &e);
   if (b < e) fn(b, e);
-  while (pending_.load(std::memory_order_acquire) != 0) LARQL_PAUSE();
+  // Spin briefly, then yield: on a loaded machine a descheduled worker must not cost us a
+  // whole time slice of busy-waiting.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4000) {
+      LARQL_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::worker(int index) {
@@ -62,8 +70,10 @@ void ThreadPool::worker(int index) {
     uint64_t g = generation_.load(std::memory_order_acquire);
     int spins = 0;
     while (g == seen) {
-      if (++spins < 20000) {
+      if (++spins < 4000) {
         LARQL_PAUSE();
+      } else if (spins < 8000) {
+        std::this_thread::yield();
       } else {
         generation_.wait(g, std::memory_order_acquire);
       }

@@ -1,0 +1,103 @@
+// ThreadPool::parallel_for covers [0, n) exactly once, in grain-aligned chunks, for any n, grain
+// and thread count, and survives many back-to-back jobs.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "util/thread_pool.h"
+
+namespace larql {
+namespace {
+
+TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
+  for (int threads : {1, 2, 3, 4, 7}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 2, 3, 7, 16, 31, 100, 1001}) {
+      for (int64_t grain : {1, 2, 3, 16, 64, 5000}) {
+        SCOPED_TRACE(testing::Message() << "threads=" << threads << " n=" << n << " grain=" << grain);
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n) + 1);
+        std::atomic<int> calls{0};
+        std::atomic<bool> misaligned{false}, bad_range{false};
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e) {
+              calls.fetch_add(1);
+              if (b < 0 || e > n || b >= e) bad_range = true;
+              if (b % grain != 0) misaligned = true;
+              for (int64_t i = b; i < e && i >= 0 && i < n; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+            },
+            grain);
+        EXPECT_FALSE(bad_range);
+        EXPECT_FALSE(misaligned);
+        EXPECT_LE(calls.load(), threads);
+        if (n == 0) {
+          EXPECT_EQ(calls.load(), 0);
+        }
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "index " << i;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ZeroOrNegativeGrainActsAsOne) {
+  ThreadPool pool(3);
+  for (int64_t grain : {0, -5}) {
+    std::vector<std::atomic<int>> hits(50);
+    pool.parallel_for(50, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1); }, grain);
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  }
+}
+
+TEST(ThreadPool, UsesMoreThanOneThreadWhenAsked) {
+  ThreadPool pool(4);
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  pool.parallel_for(4, [&](int64_t, int64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ids.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(ids.size(), 4u);
+  EXPECT_TRUE(ids.count(std::this_thread::get_id())) << "the caller takes part";
+}
+
+TEST(ThreadPool, ManyBackToBackJobs) {
+  ThreadPool pool(3);
+  std::vector<int64_t> sums(3000, 0);
+  for (int job = 0; job < 3000; ++job) {
+    const int64_t n = 1 + job % 97;
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      int64_t s = 0;
+      for (int64_t i = b; i < e; ++i) s += i + 1;
+      sum.fetch_add(s);
+    });
+    ASSERT_EQ(sum.load(), n * (n + 1) / 2) << "job " << job;
+  }
+}
+
+TEST(ThreadPool, DefaultSizeIsPositive) {
+  ThreadPool pool;
+  EXPECT_GE(pool.size(), 1);
+  ThreadPool neg(-3);
+  EXPECT_GE(neg.size(), 1);
+}
+
+TEST(ThreadPool, ConstructAndDestroyRepeatedly) {
+  for (int i = 0; i < 50; ++i) {
+    ThreadPool pool(3);
+    std::atomic<int> c{0};
+    if (i % 2) pool.parallel_for(10, [&](int64_t b, int64_t e) { c += static_cast<int>(e - b); });
+    if (i % 2) {
+      EXPECT_EQ(c.load(), 10);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace larql
