@@ -94,7 +94,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tok
     act = qbuf.data();
   }
   const uint8_t* a = static_cast<const uint8_t*>(act);
-  const DType wt = w.type;
+  const quant::VecDotFn dot = quant::vec_dot_fn(w.type);
   const int64_t rows = w.rows;
   // Tile: a block of weight rows stays in L1 while every token's activation streams past it.
   constexpr int64_t kRowTile = 16;
@@ -106,7 +106,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tok
           for (int64_t t = 0; t < n_tokens; ++t) {
             const uint8_t* at = a + static_cast<size_t>(t) * act_row_bytes;
             float* yt = y + t * rows;
-            for (int64_t r = rb; r < re; ++r) yt[r] = quant::vec_dot(wt, cols, w.row(r), at);
+            for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, w.row(r), at);
           }
         }
       },

@@ -54,9 +54,10 @@ const DotTable& table_for(Isa isa) {
   }
 }
 
+// Table slot of a type id; -1 for an id outside the tables (then: Unsupported).
 int type_index(DType t) {
-  const int i = static_cast<int>(t);
-  return i >= 0 && i < detail::kMaxTypeId ? i : 0;
+  const auto i = static_cast<uint32_t>(t);
+  return i < static_cast<uint32_t>(detail::kMaxTypeId) ? static_cast<int>(i) : -1;
 }
 
 // Checks shared by the row functions: a known type and n a positive multiple of its block.
@@ -66,6 +67,12 @@ void check_row(const char* fn, DType t, int64_t n) {
     throw Error(ErrorKind::InvalidArgument,
                 std::string(fn) + ": n=" + std::to_string(n) + " is not a multiple of the " +
                     info.name + " block size " + std::to_string(info.block_size));
+}
+
+// "Q4_K (id 12)": the id too, since an unknown id has no name of its own.
+std::string type_label(DType t) {
+  const auto id = static_cast<uint32_t>(t);
+  return std::string(dtype_info(id) ? dtype_name(t) : "unknown") + " (id " + std::to_string(id) + ")";
 }
 
 }  // namespace
@@ -106,7 +113,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   const auto fn = detail::ref_dequant_fn(t);
   if (!fn)
     throw Error(ErrorKind::Unsupported,
-                std::string("dequantize_row: no kernel for dtype ") + dtype_name(t));
+                "dequantize_row: no kernel for dtype " + type_label(t));
   check_row("dequantize_row", t, n);
   fn(src, dst, n);
 }
@@ -115,16 +122,18 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   const auto fn = detail::ref_quant_fn(t);
   if (!fn)
     throw Error(ErrorKind::Unsupported,
-                std::string("quantize_row: no quantiser for dtype ") + dtype_name(t));
+                "quantize_row: no quantiser for dtype " + type_label(t));
   check_row("quantize_row", t, n);
   fn(src, dst, n);
 }
 
 VecDotFn vec_dot_fn(DType w, Isa isa) {
   const int i = type_index(w);
-  if (VecDotFn f = table_for(clamp_isa(isa)).dot[i]) return f;
-  if (VecDotFn f = detail::ref_dot_table().dot[i]) return f;
-  throw Error(ErrorKind::Unsupported, std::string("vec_dot: no kernel for dtype ") + dtype_name(w));
+  if (i >= 0) {
+    if (VecDotFn f = table_for(clamp_isa(isa)).dot[i]) return f;
+    if (VecDotFn f = detail::ref_dot_table().dot[i]) return f;
+  }
+  throw Error(ErrorKind::Unsupported, "vec_dot: no kernel for dtype " + type_label(w));
 }
 
 VecDotFn vec_dot_fn(DType w) { return vec_dot_fn(w, active_isa()); }

@@ -30,21 +30,30 @@ DType vec_dot_type(DType weight);
 /// True if dequantize_row supports `t`.
 bool can_dequantize(DType t);
 
-/// Dequantise n elements (n a multiple of the block size) of `t` from `src` into `dst` [n].
-/// Errors: Error{Unsupported} for a type without a kernel.
+/// Dequantise n elements (n a multiple of the block size) of `t` from `src`
+/// (row_bytes(t, n) bytes) into `dst` [n]. Bit-identical to ggml's dequantize_row_* and the
+/// `gguf` Python package (tests/python/test_dequant.py checks every tensor of the real model).
+/// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K.
+/// Errors: Error{Unsupported} for a type without a kernel; Error{InvalidArgument} if n is not a
+/// multiple of the block size.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 
 /// Quantise n f32 values into `dst` (row_bytes(t, n) bytes). Supported: F32, F16, BF16, Q8_0,
 /// Q8_K (activation formats, as in ggml's quantize_row_*_ref) and Q4_0, Q5_0, Q4_K, Q5_K, Q6_K
 /// (simple reference quantisers, used to build synthetic test models; not llama.cpp's
-/// error-minimising search). Errors: Error{Unsupported}.
+/// error-minimising search; round-trip bounds in src/quant/quantize_ref.cc).
+/// Q8_0/Q8_K quants are in [-127, 127], as the AVX2 dot kernels require of activations.
+/// Errors: Error{Unsupported}; Error{InvalidArgument} if n is not a multiple of the block size.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 /// Dot product of one weight row of type `w` (n elements) with an activation row already
 /// quantised to vec_dot_type(w). For F32/F16/BF16 (and other types whose activation is F32),
-/// `act` is float[n]. Uses the active ISA.
+/// `act` is float[n]. Quantised pairs use integer block sums as ggml's ggml_vec_dot_*_q8_0 /
+/// *_q8_K do; Q4_1/Q5_1/Q8_K weights are dequantised then dotted with float[n]. Uses the
+/// active ISA. Errors: Error{Unsupported} (no kernel for `w`), Error{InvalidArgument} (n).
 float vec_dot(DType w, int64_t n, const void* w_row, const void* act);
-/// The scalar reference of vec_dot, always available.
+/// The scalar reference of vec_dot, always available. SIMD kernels agree with it to within
+/// float summation order (bound kRelTol in tests/quant/vec_dot_test.cc).
 float vec_dot_ref(DType w, int64_t n, const void* w_row, const void* act);
 
 /// A row-dot kernel for one weight type: (n elements, weight row, activation row) -> dot.

@@ -3,7 +3,9 @@
 // with HF rotate_half; GELU-tanh: Hendrycks & Gimpel 2016).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -320,6 +322,8 @@ TEST(Ops, MatmulRejectsRowLengthNotMultipleOfActivationBlock) {
   } catch (const Error& e) {
     code = e.kind() == ErrorKind::Unsupported ? 0 : 1;
   }
+  // Give the workers time to finish their chunks (and to crash, if they throw).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::_Exit(code);
 }
 

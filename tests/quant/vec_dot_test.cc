@@ -153,6 +153,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(DotCase{DType::F32, 1000}, DotCase{DType::F16, 1000}, DotCase{DType::BF16, 1000},
                       DotCase{DType::Q4_0, 640}, DotCase{DType::Q4_1, 640}, DotCase{DType::Q5_0, 640},
                       DotCase{DType::Q5_1, 640}, DotCase{DType::Q8_0, 640}, DotCase{DType::Q8_0, 32},
+                      DotCase{DType::Q8_0, 224}, DotCase{DType::Q5_0, 96}, DotCase{DType::Q4_0, 160},
                       DotCase{DType::Q5_0, 2048}, DotCase{DType::Q4_K, 1024},
                       DotCase{DType::Q5_K, 2048}, DotCase{DType::Q6_K, 2048}, DotCase{DType::Q6_K, 256}),
     [](const auto& info) {
@@ -208,7 +209,11 @@ TEST(VecDotDispatch, Errors) {
     FAIL() << "expected Unsupported";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("Q2_K"), std::string::npos) << e.what();
   }
+  // An id outside every table must not alias slot 0 (F32).
+  EXPECT_THROW(vec_dot_fn(static_cast<DType>(1000)), Error);
+  EXPECT_THROW(vec_dot_fn(static_cast<DType>(20)), Error);
 }
 
 }  // namespace

@@ -1,0 +1,191 @@
+// generate() with greedy sampling on synthetic models: max_tokens, stop strings, EOS, context.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "inference/forward.h"
+#include "inference/kv_cache.h"
+#include "inference/sampler.h"
+#include "kv/generate.h"
+#include "kv/standard.h"
+#include "model/model.h"
+#include "testlib/synthetic_model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace larql {
+namespace {
+
+using testing::make_synthetic_model;
+using testing::SyntheticSpec;
+
+struct Gen {
+  explicit Gen(SyntheticSpec s = {})
+      : sm(make_synthetic_model(s)), model(Model::load(sm->path)), fwd(std::make_shared<Forward>(model, 2)),
+        tok(Tokenizer::from_gguf(model->file())) {}
+  GenerateResult run(const std::vector<int32_t>& prompt, GenerateOptions o, std::string* streamed = nullptr) {
+    StandardEngine e(fwd, 0);
+    return generate(e, *fwd, tok, prompt, o,
+                    streamed ? std::function<void(std::string_view)>([streamed](std::string_view s) { *streamed += s; })
+                             : nullptr);
+  }
+  /// The greedy continuation computed the slow way: a fresh batched forward over the whole
+  /// sequence for every new token, argmax of the last position (no engine state involved).
+  /// With `penalty` != 1 the CTRL repetition penalty is applied by hand to every token seen so
+  /// far (positive logits divided, negative multiplied).
+  std::vector<int32_t> greedy_oracle(std::vector<int32_t> seq, int n, float penalty = 1.0f) {
+    const auto& c = model->config();
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i) {
+      KvCache cache(c);
+      std::vector<float> x(seq.size() * c.hidden), lg(c.vocab);
+      fwd->forward(seq.data(), static_cast<int64_t>(seq.size()), cache, x.data());
+      fwd->logits(x.data() + (seq.size() - 1) * c.hidden, 1, lg.data());
+      if (penalty != 1.0f) {
+        std::vector<bool> seen(static_cast<size_t>(c.vocab), false);
+        for (int32_t id : seq) seen[static_cast<size_t>(id)] = true;
+        for (int64_t v = 0; v < c.vocab; ++v)
+          if (seen[static_cast<size_t>(v)]) lg[v] = lg[v] > 0 ? lg[v] / penalty : lg[v] * penalty;
+      }
+      const int32_t next = argmax(lg.data(), c.vocab);
+      out.push_back(next);
+      seq.push_back(next);
+    }
+    return out;
+  }
+  std::unique_ptr<testing::SyntheticModel> sm;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Forward> fwd;
+  Tokenizer tok;
+};
+
+GenerateOptions greedy(int64_t max_tokens, bool stop_at_eog = false, float penalty = 1.0f) {
+  GenerateOptions o;
+  o.sampler.repeat_penalty = penalty;
+  o.sampler.repeat_last_n = 1000;
+  o.max_tokens = max_tokens;
+  o.sampler.temperature = 0.0f;
+  o.stop_at_eog = stop_at_eog;
+  return o;
+}
+
+// Ends with a word token: with tied embeddings a random model tends to repeat its last token, so
+// some tests add a repetition penalty to get varied text.
+const std::vector<int32_t> kPrompt = {2, 4, 270, 271, 5, 263};
+
+TEST(Generate, EogIds) {
+  Gen g;
+  EXPECT_EQ(eog_ids(g.tok), (std::vector<int32_t>{testing::kSynEos, testing::kSynEot}));
+}
+
+TEST(Generate, StopsAtMaxTokensWithTheGreedyTokens) {
+  Gen g;
+  std::string streamed;
+  const auto r = g.run(kPrompt, greedy(8, false, 3.0f), &streamed);
+  EXPECT_EQ(r.stop_reason, "max_tokens");
+  ASSERT_EQ(r.ids.size(), 8u);
+  EXPECT_EQ(r.decoded, 7);
+  EXPECT_EQ(r.prompt_ids, kPrompt);
+  EXPECT_EQ(r.ids, g.greedy_oracle(kPrompt, 8, 3.0f));
+  EXPECT_GT(std::set<int32_t>(r.ids.begin(), r.ids.end()).size(), 4u);  // not one token repeated
+  EXPECT_EQ(streamed, r.text);
+  // The streamed text is the detokenised ids with invalid UTF-8 replaced (StreamDecoder).
+  EXPECT_EQ(r.text, utf8_sanitize(g.tok.decode(r.ids, /*skip_special=*/true), false, nullptr));
+  // max_tokens = 0 generates nothing.
+  const auto none = g.run(kPrompt, greedy(0));
+  EXPECT_TRUE(none.ids.empty());
+  EXPECT_EQ(none.stop_reason, "max_tokens");
+  EXPECT_EQ(none.text, "");
+}
+
+TEST(Generate, StopsAtAStopStringWhichIsNotInTheText) {
+  Gen g;
+  const auto full = g.run(kPrompt, greedy(24, false, 3.0f));
+  ASSERT_GE(full.text.size(), 4u) << "the synthetic model produced too little text to cut: "
+                                   << ::testing::PrintToString(full.ids);
+  // Stop at a piece of the text that starts in its second half.
+  const size_t at = full.text.size() / 2;
+  const std::string stop = full.text.substr(at, std::min<size_t>(3, full.text.size() - at));
+  const size_t first = full.text.find(stop);
+  GenerateOptions o = greedy(24, false, 3.0f);
+  o.stop_strings = {"this never appears \x01", stop};
+  std::string streamed;
+  const auto r = g.run(kPrompt, o, &streamed);
+  EXPECT_EQ(r.stop_reason, "stop_string");
+  EXPECT_EQ(r.text, full.text.substr(0, first));
+  EXPECT_EQ(r.text.find(stop), std::string::npos);
+  EXPECT_EQ(streamed, r.text);
+  EXPECT_LT(r.ids.size(), full.ids.size());
+  // The ids are a prefix of the uninterrupted generation.
+  EXPECT_EQ(r.ids, std::vector<int32_t>(full.ids.begin(), full.ids.begin() + r.ids.size()));
+}
+
+TEST(Generate, StopsAtEosWhenTheModelEmitsIt) {
+  SyntheticSpec s;
+  s.force_eos = true;
+  Gen g(s);
+  // The reference: eos is the argmax.
+  EXPECT_EQ(g.greedy_oracle(kPrompt, 1), std::vector<int32_t>{testing::kSynEos});
+  std::string streamed;
+  const auto r = g.run(kPrompt, greedy(10, /*stop_at_eog=*/true), &streamed);
+  EXPECT_EQ(r.stop_reason, "eog");
+  EXPECT_TRUE(r.ids.empty());
+  EXPECT_EQ(r.text, "");
+  EXPECT_EQ(streamed, "");
+  EXPECT_EQ(r.decoded, 0);
+  // With stop_at_eog off, <eos> is generated (and skipped in the text) until max_tokens.
+  const auto r2 = g.run(kPrompt, greedy(4, /*stop_at_eog=*/false));
+  EXPECT_EQ(r2.stop_reason, "max_tokens");
+  EXPECT_EQ(r2.ids, std::vector<int32_t>(4, testing::kSynEos));
+  EXPECT_EQ(r2.text, "");
+}
+
+TEST(Generate, StopsWhenTheContextIsFull) {
+  SyntheticSpec s;
+  s.context_length = 8;
+  Gen g(s);
+  const auto r = g.run(kPrompt, greedy(20));
+  EXPECT_EQ(r.stop_reason, "context");
+  // Positions 6, 7 are decoded (2 tokens fed back), and a 3rd token is sampled from the
+  // last position's logits: 8 - 6 + 1 tokens.
+  EXPECT_EQ(r.ids.size(), 3u);
+  EXPECT_EQ(r.ids, g.greedy_oracle(kPrompt, 3));
+  // A prompt longer than the context is the engine's ContextOverflow.
+  try {
+    g.run(std::vector<int32_t>(9, 270), greedy(2));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::ContextOverflow) << e.what();
+  }
+}
+
+TEST(Generate, EmptyPromptIsAnError) {
+  Gen g;
+  try {
+    g.run({}, greedy(3));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::EmptyPrompt) << e.what();
+  }
+}
+
+TEST(Generate, ContinueSequenceDecodesOnTopOfTheState) {
+  Gen g;
+  // Generating after [prompt] then continuing with [more] equals generating after prompt+more.
+  const std::vector<int32_t> more = {270, 277};
+  std::vector<int32_t> joined = kPrompt;
+  joined.insert(joined.end(), more.begin(), more.end());
+  StandardEngine e(g.fwd, 0);
+  generate(e, *g.fwd, g.tok, kPrompt, greedy(1), nullptr);  // prefill, one token, no decode
+  EXPECT_EQ(e.n_past(), static_cast<int64_t>(kPrompt.size()));
+  GenerateOptions o = greedy(5);
+  o.continue_sequence = true;
+  const auto r = generate(e, *g.fwd, g.tok, more, o, nullptr);
+  EXPECT_EQ(r.ids, g.greedy_oracle(joined, 5));
+}
+
+}  // namespace
+}  // namespace larql
