@@ -94,19 +94,33 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tok
     act = qbuf.data();
   }
   const uint8_t* a = static_cast<const uint8_t*>(act);
-  const quant::VecDotFn dot = quant::vec_dot_fn(w.type);
-  const int64_t rows = w.rows;
   // Tile: a block of weight rows stays in L1 while every token's activation streams past it.
   constexpr int64_t kRowTile = 16;
+  // Prefill: 4/5-bit rows are re-encoded losslessly as Q8_0 once per tile and reused for every
+  // token (the Q8_0 kernel is much faster than unpacking nibbles per token).
+  constexpr int64_t kRepackMinTokens = 4;
+  const bool repack = n_tokens >= kRepackMinTokens && (w.type == DType::Q4_0 || w.type == DType::Q5_0);
+  const quant::VecDotFn dot = quant::vec_dot_fn(repack ? DType::Q8_0 : w.type);
+  const size_t q8_row_bytes = repack ? *row_bytes(DType::Q8_0, static_cast<uint64_t>(cols)) : 0;
+  const int64_t rows = w.rows;
   pool.parallel_for(
       rows,
       [&](int64_t r0, int64_t r1) {
+        thread_local std::vector<uint8_t> tile;
+        if (repack && tile.size() < q8_row_bytes * kRowTile) tile.resize(q8_row_bytes * kRowTile);
         for (int64_t rb = r0; rb < r1; rb += kRowTile) {
           const int64_t re = std::min(r1, rb + kRowTile);
+          if (repack)
+            for (int64_t r = rb; r < re; ++r)
+              quant::repack_to_q8_0(w.type, w.row(r), tile.data() + (r - rb) * q8_row_bytes, cols);
           for (int64_t t = 0; t < n_tokens; ++t) {
             const uint8_t* at = a + static_cast<size_t>(t) * act_row_bytes;
             float* yt = y + t * rows;
-            for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, w.row(r), at);
+            if (repack) {
+              for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, tile.data() + (r - rb) * q8_row_bytes, at);
+            } else {
+              for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, w.row(r), at);
+            }
           }
         }
       },

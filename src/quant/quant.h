@@ -67,3 +67,14 @@ VecDotFn vec_dot_fn(DType w);
 VecDotFn vec_dot_fn(DType w, Isa isa);
 
 }  // namespace larql::quant
+
+namespace larql::quant {
+
+/// Re-encode n elements of a Q4_0 or Q5_0 row as Q8_0 blocks with the same scales. Lossless:
+/// every 4/5-bit value (offset removed) fits an int8, so Q8_0 x Q8_0 gives the same integer
+/// sums as the original kernel. Prefill re-encodes a tile of rows once and reuses it for every
+/// token, where the Q8_0 kernel is faster than unpacking nibbles per token.
+/// Returns false (writing nothing) for any other type.
+bool repack_to_q8_0(DType t, const void* src, void* dst, int64_t n);
+
+}  // namespace larql::quant

@@ -183,9 +183,11 @@ def load_llama(n_ctx: int = 2048, logits_all: bool = False, model: Path | None =
     )
 
 
-def llama_tokenize(llm, text: str) -> list[int]:
-    """llama.cpp's tokenization with BOS and special tokens parsed (the larql contract)."""
-    return [int(t) for t in llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)]
+def llama_tokenize(llm, text: str, special: bool = True) -> list[int]:
+    """llama.cpp's tokenization with BOS; special tokens (`<end_of_turn>`...) parsed when special
+    (larql's `tokenize` and `run` contract). llama.cpp's own perplexity tool tokenizes text
+    files with special=False, and so does `larql perplexity`."""
+    return [int(t) for t in llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)]
 
 
 def llama_logits(llm, ids: Sequence[int]) -> np.ndarray:

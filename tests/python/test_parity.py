@@ -25,6 +25,9 @@ KL_MAX = 0.01
 PPL_REL_TOL = 0.01
 LONG_TOKENS = 2048
 SLIDING_WINDOW = 512
+# A text file is scored as plain text: special-token markup such as `<end_of_turn>` in the file is
+# not parsed, as in llama.cpp's own `llama-perplexity` (common_tokenize(..., parse_special=false)).
+PPL_SPECIAL = False
 
 pytestmark = pytest.mark.usefixtures("larql_bin", "model_path", "llama_cpp_mod")
 
@@ -55,7 +58,8 @@ def short_results(llm, larql_bin, model_path, tmp_path_factory):
             f"prompt {k}: --logits-out shape {test.shape} for {len(ids)} ids"
         ref = peer.llama_logits(llm, ids)
         cmp = peer.compare_logits(ref, test, ids)
-        out.append({"prompt": prompt, "ids": ids, "llama_ids": peer.llama_tokenize(llm, prompt),
+        out.append({"prompt": prompt, "ids": ids,
+                    "llama_ids": peer.llama_tokenize(llm, prompt, special=PPL_SPECIAL),
                     "cmp": cmp, "larql_ppl": lq.get("perplexity")})
         del test
         npy.unlink()
@@ -123,7 +127,7 @@ def long_result(llm, larql_bin, model_path, tmp_path_factory):
     lq = peer.larql_perplexity(src, logits_out=npy, max_tokens=LONG_TOKENS, model=model_path,
                                timeout=3600)
     ids = lq["ids"]
-    llama_ids = peer.llama_tokenize(llm, text)[:LONG_TOKENS]
+    llama_ids = peer.llama_tokenize(llm, text, special=PPL_SPECIAL)[:LONG_TOKENS]
     test = np.load(npy, mmap_mode="r")
     assert test.shape[0] == len(ids), f"--logits-out rows {test.shape[0]} != {len(ids)} ids"
     ref = peer.llama_logits(llm, ids)
