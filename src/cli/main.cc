@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <new>
 
 #include "cli/common.h"
@@ -19,6 +20,20 @@ int main(int argc, char** argv) {
   larql::cli::register_perplexity(app);
   larql::cli::register_bench(app);
   larql::cli::register_engines(app);
+  // Name an unknown verb instead of CLI11's generic "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string verbs;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      verbs += (verbs.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "error: unknown command '%s' (commands: %s)\nRun with --help for usage.\n", argv[1],
+                   verbs.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
