@@ -5,6 +5,11 @@
 #include <charconv>
 
 #include "kv/standard.h"
+// [include:no-cache]
+// [include:markov-rs]
+// [include:turbo-quant]
+// [include:unlimited-context]
+// [include:boundary-kv]
 #include "util/error.h"
 
 namespace larql {
@@ -100,6 +105,12 @@ const std::vector<EngineEntry>& engine_registry() {
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          return std::make_unique<StandardEngine>(std::move(f), s.get_int("window", 0));
        }},
+      // [entry:no-cache]
+      // [entry:markov-rs]
+      // [entry:markov-rs-codec]
+      // [entry:turbo-quant]
+      // [entry:unlimited-context]
+      // [entry:boundary-kv]
   };
   return kRegistry;
 }
