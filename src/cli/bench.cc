@@ -1,6 +1,16 @@
-// `larql bench MODEL`: prefill and decode speed of an engine on a synthetic prompt.
+// `larql bench MODEL [--engines "a;b;c"]`: per engine, prefill and decode speed, state sizes, and
+// agreement with the standard engine over the same decoded tokens.
+//
+// Protocol: the standard engine runs first on a fixed prompt and decodes greedily; its tokens
+// and logits are the reference. Every engine then prefills the same prompt and is fed the same
+// tokens (teacher forcing), so per-step KL(standard || engine) and top-1 agreement compare like
+// with like.
+#include <unistd.h>
+
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
@@ -14,7 +24,7 @@ namespace larql::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, engine = "standard";
+  std::string model, engines = "standard";
   int64_t prompt_tokens = 512, decode_tokens = 128;
   int threads = 0;
   bool json = false;
@@ -24,64 +34,166 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void run(const BenchArgs& a) {
-  if (a.prompt_tokens < 1 || a.decode_tokens < 1)
-    throw Error(ErrorKind::InvalidArgument, "--prompt-tokens and --decode-tokens must be >= 1");
-  const EngineSpec spec = parse_engine_spec(a.engine);
-  Loaded l = load(a.model, a.threads);
-  const ModelConfig& c = l.model->config();
-  if (a.prompt_tokens + a.decode_tokens > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "prompt + decode tokens exceed the context");
-  // A fixed, natural-looking prompt: a repeated text, BOS first (the same ids every run).
+/// log-softmax of logits [n] into out (double for the KL sums).
+void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
+  out.resize(static_cast<size_t>(n));
+  double mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - mx);
+  const double lse = mx + std::log(s);
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[i] - lse;
+}
+
+struct Row {
+  std::string engine, error;
+  double prefill_tok_s = 0, decode_tok_s = 0, ms_per_token = 0, mean_kl = 0, max_kl = 0, top1 = 0;
+  size_t hot = 0, cold = 0, state_file = 0;
+  int64_t steps = 0;
+};
+
+std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
+  // A fixed, natural-looking text repeated to length, BOS first: the same ids every run.
   const std::string text =
       "The history of the printing press begins in the fifteenth century, when movable type changed how "
       "books were made, sold and read across Europe. ";
-  std::vector<int32_t> ids{l.tokenizer.bos_id()};
-  const auto unit = l.tokenizer.encode(text, false, false);
-  while (static_cast<int64_t>(ids.size()) < a.prompt_tokens) ids.insert(ids.end(), unit.begin(), unit.end());
-  ids.resize(static_cast<size_t>(a.prompt_tokens));
+  std::vector<int32_t> ids{tok.bos_id()};
+  const auto unit = tok.encode(text, false, false);
+  while (static_cast<int64_t>(ids.size()) < n) ids.insert(ids.end(), unit.begin(), unit.end());
+  ids.resize(static_cast<size_t>(n));
+  return ids;
+}
 
-  auto engine = make_engine(spec, l.forward);
-  std::vector<float> logits(static_cast<size_t>(c.vocab));
-  double t0 = now_s();
-  auto h = engine->prefill(ids);
-  l.forward->logits(h.data(), 1, logits.data());
-  const double prefill_s = now_s() - t0;
-  Progress bar("decode", a.decode_tokens);
-  t0 = now_s();
-  for (int64_t i = 0; i < a.decode_tokens; ++i) {
-    const int32_t next = argmax(logits.data(), c.vocab);
-    h = engine->decode_step(next);
-    l.forward->logits(h.data(), 1, logits.data());
-    bar.update(i + 1);
+void run(const BenchArgs& a) {
+  if (a.prompt_tokens < 1 || a.decode_tokens < 1)
+    throw Error(ErrorKind::InvalidArgument, "--prompt-tokens and --decode-tokens must be >= 1");
+  const std::vector<EngineSpec> specs = parse_engine_list(a.engines);  // fail before loading
+  Loaded l = load(a.model, a.threads);
+  const ModelConfig& c = l.model->config();
+  if (a.prompt_tokens + a.decode_tokens > c.context_length)
+    throw Error(ErrorKind::ContextOverflow, "--prompt-tokens + --decode-tokens exceed the context of " +
+                                                std::to_string(c.context_length));
+  const auto ids = bench_prompt(l.tokenizer, a.prompt_tokens);
+  const int64_t V = c.vocab, steps = a.decode_tokens;
+
+  // Reference: standard, greedy.
+  std::vector<int32_t> ref_tokens;
+  std::vector<float> ref_logits(static_cast<size_t>(steps * V));
+  {
+    auto std_engine = make_engine(parse_engine_spec("standard"), l.forward);
+    Progress bar("reference (standard)", steps);
+    auto h = std_engine->prefill(ids);
+    for (int64_t i = 0; i < steps; ++i) {
+      float* lg = ref_logits.data() + i * V;
+      l.forward->logits(h.data(), 1, lg);
+      ref_tokens.push_back(argmax(lg, V));
+      if (i + 1 < steps) h = std_engine->decode_step(ref_tokens.back());
+      bar.update(i + 1);
+    }
   }
-  const double decode_s = now_s() - t0;
-  const EngineMemory mem = engine->memory();
-  const double pf = a.prompt_tokens / prefill_s, dc = a.decode_tokens / decode_s;
+
+  std::vector<Row> rows;
+  std::vector<float> logits(static_cast<size_t>(V));
+  std::vector<double> lp, lq;
+  const std::string tmp = (std::filesystem::temp_directory_path() / ("larql-bench-" + std::to_string(getpid()) + ".state")).string();
+  for (const EngineSpec& spec : specs) {
+    Row r;
+    r.engine = spec.to_string();
+    try {
+      auto engine = make_engine(spec, l.forward);
+      Progress bar(r.engine, steps);
+      double t0 = now_s();
+      auto h = engine->prefill(ids);
+      l.forward->logits(h.data(), 1, logits.data());
+      r.prefill_tok_s = a.prompt_tokens / (now_s() - t0);
+      double decode_s = 0, kl_sum = 0;
+      int64_t agree = 0;
+      for (int64_t i = 0; i < steps; ++i) {
+        if (i > 0) {
+          t0 = now_s();
+          h = engine->decode_step(ref_tokens[static_cast<size_t>(i - 1)]);
+          l.forward->logits(h.data(), 1, logits.data());
+          decode_s += now_s() - t0;
+        }
+        const float* ref = ref_logits.data() + i * V;
+        log_softmax(ref, V, lp);
+        log_softmax(logits.data(), V, lq);
+        double kl = 0;
+        for (int64_t v = 0; v < V; ++v) kl += std::exp(lp[v]) * (lp[v] - lq[v]);
+        kl_sum += kl;
+        r.max_kl = std::max(r.max_kl, kl);
+        agree += argmax(logits.data(), V) == ref_tokens[static_cast<size_t>(i)];
+        bar.update(i + 1);
+      }
+      r.steps = steps;
+      r.decode_tok_s = steps > 1 ? (steps - 1) / decode_s : 0;
+      r.ms_per_token = steps > 1 ? 1000.0 * decode_s / (steps - 1) : 0;
+      r.mean_kl = kl_sum / steps;
+      r.top1 = static_cast<double>(agree) / steps;
+      const EngineMemory m = engine->memory();
+      r.hot = m.hot_bytes;
+      r.cold = m.cold_bytes;
+      engine->save_state(tmp);
+      r.state_file = std::filesystem::file_size(tmp);
+      std::filesystem::remove(tmp);
+    } catch (const Error& e) {
+      r.error = e.what();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+    }
+    rows.push_back(r);
+  }
+
   if (a.json) {
-    nlohmann::json j = {{"engine", spec.to_string()}, {"prompt_tokens", a.prompt_tokens},
-                        {"decode_tokens", a.decode_tokens}, {"threads", l.forward->pool().size()},
-                        {"prefill_tok_s", pf}, {"decode_tok_s", dc}, {"ms_per_token", 1000.0 / dc},
-                        {"hot_bytes", mem.hot_bytes}, {"cold_bytes", mem.cold_bytes},
-                        {"peak_rss_bytes", peak_rss_bytes()}, {"model_bytes", l.model->file().file_size()}};
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("engine %s, %d threads\n", spec.to_string().c_str(), l.forward->pool().size());
-    std::printf("prefill  %5lld tokens  %8.1f tok/s\n", (long long)a.prompt_tokens, pf);
-    std::printf("decode   %5lld tokens  %8.1f tok/s  (%.2f ms/token)\n", (long long)a.decode_tokens, dc, 1000.0 / dc);
-    std::printf("state    %.1f MiB hot, %.1f MiB cold; peak RSS %.1f MiB (model file %.1f MiB)\n",
-                mem.hot_bytes / 1048576.0, mem.cold_bytes / 1048576.0, peak_rss_bytes() / 1048576.0,
-                l.model->file().file_size() / 1048576.0);
+    nlohmann::json out = {{"model", l.model->path()}, {"prompt_tokens", a.prompt_tokens},
+                          {"decode_tokens", steps}, {"threads", l.forward->pool().size()},
+                          {"peak_rss_bytes", peak_rss_bytes()}, {"model_bytes", l.model->file().file_size()}};
+    nlohmann::json list = nlohmann::json::array();
+    for (const Row& r : rows) {
+      if (!r.error.empty()) {
+        list.push_back({{"engine", r.engine}, {"skipped", r.error}});
+        continue;
+      }
+      list.push_back({{"engine", r.engine}, {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
+                      {"ms_per_token", r.ms_per_token}, {"hot_bytes", r.hot}, {"cold_bytes", r.cold},
+                      {"state_file_bytes", r.state_file}, {"mean_kl_vs_standard", r.mean_kl},
+                      {"max_kl_vs_standard", r.max_kl}, {"top1_vs_standard", r.top1}});
+    }
+    out["engines"] = list;
+    // Single-engine runs also expose the first row at top level (scripts read these keys).
+    if (rows.size() == 1 && rows[0].error.empty()) {
+      out["engine"] = rows[0].engine;
+      out["prefill_tok_s"] = rows[0].prefill_tok_s;
+      out["decode_tok_s"] = rows[0].decode_tok_s;
+      out["ms_per_token"] = rows[0].ms_per_token;
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return;
   }
+  std::printf("%s, %d threads, prompt %lld tokens, %lld decode steps\n", c.name.c_str(), l.forward->pool().size(),
+              (long long)a.prompt_tokens, (long long)steps);
+  std::printf("%-28s %10s %10s %8s %10s %10s %10s %10s %7s\n", "engine", "prefill/s", "decode/s", "ms/tok",
+              "hot MiB", "cold MiB", "file MiB", "mean KL", "top-1");
+  for (const Row& r : rows) {
+    if (!r.error.empty()) {
+      std::printf("%-28s skipped: %s\n", r.engine.c_str(), r.error.c_str());
+      continue;
+    }
+    std::printf("%-28s %10.1f %10.1f %8.2f %10.2f %10.2f %10.2f %10.2e %6.1f%%\n", r.engine.c_str(), r.prefill_tok_s,
+                r.decode_tok_s, r.ms_per_token, r.hot / 1048576.0, r.cold / 1048576.0, r.state_file / 1048576.0,
+                r.mean_kl, 100 * r.top1);
+  }
+  std::printf("peak RSS %.1f MiB (model file %.1f MiB)\n", peak_rss_bytes() / 1048576.0,
+              l.model->file().file_size() / 1048576.0);
 }
 
 }  // namespace
 
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* s = app.add_subcommand("bench", "measure prefill and decode tok/s");
+  CLI::App* s = app.add_subcommand("bench", "measure prefill/decode tok/s, state size and agreement with standard");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
-  s->add_option("--engine", a->engine, "KV engine spec")->capture_default_str();
+  s->add_option("--engines,--engine", a->engines, "engine specs, split on ';' (see `larql engines`)")->capture_default_str();
   s->add_option("--prompt-tokens", a->prompt_tokens, "prompt length for prefill")->capture_default_str();
   s->add_option("--decode-tokens", a->decode_tokens, "tokens to decode")->capture_default_str();
   s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");

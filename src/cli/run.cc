@@ -13,7 +13,7 @@ namespace larql::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, engine, prompt_file;
+  std::string model, prompt, engine, prompt_file, save_state, resume;
   int64_t n = 128;
   int threads = 0;
   int64_t ctx_size = 0;
@@ -47,15 +47,27 @@ void run(RunArgs& a) {
     throw Error(ErrorKind::InvalidArgument, "--ctx-size must be in [1, " + std::to_string(model_ctx) + "]");
   const int64_t ctx = a.ctx_size > 0 ? a.ctx_size : model_ctx;
   if (a.chat) prompt = apply_gemma_chat_template({{"user", prompt}}, true);
-  const auto ids = l.tokenizer.encode(prompt, l.tokenizer.add_bos(), /*parse_special=*/true);
-  if (static_cast<int64_t>(ids.size()) > ctx)
-    throw Error(ErrorKind::ContextOverflow, "the prompt is " + std::to_string(ids.size()) +
-                                                " tokens, longer than the context of " + std::to_string(ctx) + " tokens");
+  auto engine = make_engine(spec, l.forward);
+  if (!a.resume.empty()) {
+    engine->load_state(a.resume);  // refuses another model's or engine's file
+    if (prompt.empty())
+      throw Error(ErrorKind::InvalidArgument, "--resume needs a prompt: the text that continues the saved sequence");
+  }
+  // A resumed sequence already has its BOS; the prompt continues it.
+  const bool bos = a.resume.empty() && l.tokenizer.add_bos();
+  const auto ids = l.tokenizer.encode(prompt, bos, /*parse_special=*/true);
+  if (ids.empty()) throw Error(ErrorKind::EmptyPrompt, "the prompt has no tokens");
+  const int64_t past = engine->n_past();
+  if (past + static_cast<int64_t>(ids.size()) > ctx)
+    throw Error(ErrorKind::ContextOverflow, "the prompt is " + std::to_string(ids.size()) + " tokens" +
+                                                (past > 0 ? " after " + std::to_string(past) + " resumed tokens" : "") +
+                                                ", longer than the context of " + std::to_string(ctx) + " tokens");
   GenerateOptions opt;
-  opt.max_tokens = std::min<int64_t>(a.n, ctx - static_cast<int64_t>(ids.size()));
+  opt.max_tokens = std::min<int64_t>(a.n, ctx - past - static_cast<int64_t>(ids.size()));
+  opt.continue_sequence = past > 0;
+  opt.consume_last = !a.save_state.empty();
   opt.sampler = a.sampler;
   opt.stop_strings = a.stop;
-  auto engine = make_engine(spec, l.forward);
   std::function<void(std::string_view)> sink;
   if (!a.json) {
     std::fputs(prompt.c_str(), stdout);
@@ -66,6 +78,7 @@ void run(RunArgs& a) {
     };
   }
   GenerateResult r = generate(*engine, *l.forward, l.tokenizer, ids, opt, sink);
+  if (!a.save_state.empty()) engine->save_state(a.save_state);
   if (a.json) {
     nlohmann::json j = {{"prompt_ids", r.prompt_ids}, {"ids", r.ids}, {"text", r.text},
                         {"stop_reason", r.stop_reason}, {"engine", spec.to_string()},
@@ -94,6 +107,8 @@ void register_run(CLI::App& app) {
   s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
   s->add_option("-c,--ctx-size", a->ctx_size, "context size in tokens (default: the model's)");
   s->add_flag("--json", a->json, "print one JSON object instead of streaming");
+  s->add_option("--save-state", a->save_state, "after generating, save the engine's state to this file");
+  s->add_option("--resume", a->resume, "continue a sequence saved with --save-state (same model and engine)");
   s->callback([a] { run(*a); });
 }
 

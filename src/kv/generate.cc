@@ -90,9 +90,12 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     } else {
       emit(pending.size());
     }
-    if (step + 1 == opt.max_tokens) break;
     if (engine.n_past() + 1 > ctx) {
       r.stop_reason = "context";
+      break;
+    }
+    if (step + 1 == opt.max_tokens) {
+      if (opt.consume_last) engine.decode_step(next);
       break;
     }
     h = engine.decode_step(next);

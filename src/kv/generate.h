@@ -19,6 +19,8 @@ struct GenerateOptions {
   std::vector<std::string> stop_strings;  ///< generation ends before any of these appears
   bool stop_at_eog = true;               ///< stop at <eos> / <end_of_turn>
   bool continue_sequence = false;        ///< decode the prompt on top of the engine's state
+  bool consume_last = false;             ///< also feed the last generated token to the engine
+                                         ///< (so a saved state holds the whole text)
 };
 
 struct GenerateResult {
