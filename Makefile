@@ -3,7 +3,7 @@
 BUILD ?= build
 FUZZ_BUILD ?= build-fuzz
 MODEL ?= models/gemma-3-270m-q4_k_m.gguf
-PROMPT ?= The capital of France is
+PROMPT ?= Once upon a time, in a small village by the sea,
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
@@ -21,7 +21,7 @@ build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: setup build
-	./$(BUILD)/larql run $(MODEL) "$(PROMPT)" -n 48
+	./$(BUILD)/larql run $(MODEL) "$(PROMPT)" -n 64 --seed 42
 
 test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

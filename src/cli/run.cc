@@ -86,6 +86,7 @@ void run(RunArgs& a) {
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);
     std::fprintf(stderr, "[%zu prompt tokens | prefill %.1f tok/s | %zu generated | decode %.1f tok/s | engine %s]\n",
                  r.prompt_ids.size(), r.prefill_tok_s(), r.ids.size(), r.decode_tok_s(), spec.to_string().c_str());
   }

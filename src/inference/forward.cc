@@ -58,6 +58,21 @@ void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q,
   }
 }
 
+void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v) {
+  const ModelConfig& c = config();
+  const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+  const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
+  auto& h = buf(kH, static_cast<size_t>(n * c.hidden));
+  for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * c.hidden, w.attn_norm.data(), h.data() + t * c.hidden, c.hidden, c.norm_eps);
+  compute::matmul(pool_, w.wk, h.data(), n, k);
+  compute::matmul(pool_, w.wv, h.data(), n, v);
+  for (int64_t t = 0; t < n; ++t) {
+    float* kt = k + t * c.kv_dim();
+    if (c.qk_norm) compute::rmsnorm_rows(kt, w.k_norm.data(), c.n_kv_heads, c.head_dim, c.norm_eps);
+    compute::rope_neox(kt, c.n_kv_heads, c.head_dim, pos0 + t, lc.rope_base, lc.rope_freq_scale);
+  }
+}
+
 void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out) {
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];

@@ -46,6 +46,12 @@ class Forward {
   /// v [n, kv_dim]. This is also "K/V from a residual" for residual-state engines.
   void qkv(int64_t layer, const float* x, int64_t n, int64_t pos0, float* q, float* k, float* v);
 
+  /// K/V only (no Q) for n residual rows x [n, hidden] at positions pos0..pos0+n-1: the same
+  /// arithmetic as qkv()'s k and v (attn_norm, projection, k-norm, RoPE with the layer's base and
+  /// scaling), bit-identical to it row for row. k, v: [n, kv_dim]. Used by residual-state
+  /// engines (markov-rs) to re-derive K/V for stored residuals.
+  void kv_from_residual(int64_t layer, const float* x, int64_t n, int64_t pos0, float* k, float* v);
+
   /// Causal attention of n queries q [n, q_dim] at positions pos0.. over kv (which must cover
   /// each query's own position). Sliding layers see only their last `window` positions.
   /// out [n, q_dim].

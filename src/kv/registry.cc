@@ -5,9 +5,9 @@
 #include <charconv>
 
 #include "kv/standard.h"
-// [include:no-cache]
-// [include:markov-rs]
-// [include:turbo-quant]
+#include "kv/no_cache.h"
+#include "kv/markov_rs.h"
+#include "kv/turbo_quant.h"
 // [include:unlimited-context]
 // [include:boundary-kv]
 #include "util/error.h"
@@ -105,10 +105,41 @@ const std::vector<EngineEntry>& engine_registry() {
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          return std::make_unique<StandardEngine>(std::move(f), s.get_int("window", 0));
        }},
-      // [entry:no-cache]
-      // [entry:markov-rs]
-      // [entry:markov-rs-codec]
-      // [entry:turbo-quant]
+      {"no-cache",
+       {"no_cache", "none", "off"},
+       {},
+       "the token list only; every step re-runs the full forward (O(N^2), a debugging oracle)",
+       "the same logits as standard (max |delta logit| <= 1e-3)",
+       [](std::shared_ptr<Forward> f, const EngineSpec&) -> std::unique_ptr<Engine> {
+         return std::make_unique<NoCacheEngine>(std::move(f));
+       }},
+      {"markov-rs",
+       {"markov_rs", "markov-residual", "markov_residual"},
+       {{"window", KeyType::Int, "", "hot tier: newest N positions keep K/V + residuals; older ones keep residuals (default: unbounded)", {}}},
+       "the residual stream per layer (global layers: every position; sliding: their window); K/V derived",
+       "exact: greedy tokens identical to standard, per-step KL <= 1e-6 nats",
+       [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
+         return std::make_unique<MarkovRsEngine>(std::move(f), s.get_int("window", 0), ColdCodec::F32);
+       }},
+      {"markov-rs-codec",
+       {"markov_rs_codec", "markov-residual-codec", "markov_residual_codec"},
+       {{"window", KeyType::Int, "", "hot tier: newest N positions in f32; older residuals encoded (default: unbounded)", {}},
+        {"codec", KeyType::Enum, "bf16", "cold-tier residual codec", {"bf16", "int8"}}},
+       "markov-rs with the cold residual tier encoded (bf16 round-to-nearest-even, or int8 per-row scale)",
+       "mean KL vs markov-rs <= 0.01 nats (bf16); int8 reported",
+       [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
+         return std::make_unique<MarkovRsEngine>(std::move(f), s.get_int("window", 0),
+                                                 s.get_string("codec", "bf16") == "int8" ? ColdCodec::Int8 : ColdCodec::Bf16);
+       }},
+      {"turbo-quant",
+       {"turbo_quant", "turboquant", "tq4", "tq3"},
+       {{"bits", KeyType::Enum, "4", "bits per K/V coordinate (tq3 = bits=3, tq4 = bits=4)", {"3", "4"}}},
+       "K/V quantised in place: per head an f32 norm + WHT-rotated Lloyd-Max codes (3 or 4 bits)",
+       "lossy: per-row K/V cosine >= 0.99 (4-bit) / 0.98 (3-bit); top-1 agreement and KL vs standard reported",
+       [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
+         return std::make_unique<TurboQuantEngine>(std::move(f), static_cast<int>(s.get_int("bits", 4)));
+       },
+       {{"tq3", {{"bits", "3"}}}, {"tq4", {{"bits", "4"}}}}},
       // [entry:unlimited-context]
       // [entry:boundary-kv]
   };
@@ -147,6 +178,16 @@ EngineSpec parse_engine_spec(std::string_view raw) {
       check_value(*e, *k, value);
       if (out.params.count(key))
         throw Error(ErrorKind::InvalidArgument, "engine '" + e->name + "': key '" + key + "' given twice");
+      out.params[key] = value;
+    }
+  }
+  // An alias that implies key values (e.g. tq3 -> bits=3).
+  if (auto preset = e->alias_params.find(name); preset != e->alias_params.end()) {
+    for (const auto& [key, value] : preset->second) {
+      auto it = out.params.find(key);
+      if (it != out.params.end() && it->second != value)
+        throw Error(ErrorKind::InvalidArgument, "engine '" + e->name + "': alias '" + name + "' means " + key + "=" +
+                                                    value + ", but " + key + "=" + it->second + " was given");
       out.params[key] = value;
     }
   }

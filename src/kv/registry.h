@@ -43,6 +43,10 @@ struct EngineEntry {
   std::string description;  ///< one line
   std::string contract;     ///< one line: how its logits relate to standard's
   std::function<std::unique_ptr<Engine>(std::shared_ptr<Forward>, const EngineSpec&)> make;
+  /// Aliases that imply key values ("tq3" → bits=3): alias → {key → value}. Parsing an alias
+  /// listed here sets those keys (spec.to_string() shows them); setting such a key explicitly
+  /// to another value is Error{InvalidArgument}.
+  std::map<std::string, std::map<std::string, std::string>> alias_params = {};
 };
 
 /// Every engine this build has, in ladder order.

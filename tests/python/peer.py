@@ -166,11 +166,21 @@ def import_llama_cpp():
 
 
 def load_llama(n_ctx: int = 2048, logits_all: bool = False, model: Path | None = None,
-               threads: int = THREADS, n_batch: int = 512):
+               threads: int = THREADS, n_batch: int = 512, kv_f32: bool = False):
     """A llama.cpp context on the model. With logits_all=True `llm.scores` is [n_ctx, vocab] f32
-    (allocated lazily by numpy, touched only for evaluated rows)."""
+    (allocated lazily by numpy, touched only for evaluated rows).
+
+    kv_f32=False (the default) is *the peer*: llama.cpp's defaults, K/V cache in f16.
+    kv_f32=True stores K/V in f32 (type_k = type_v = GGML_TYPE_F32 = 0), everything else equal:
+    an equally valid llama.cpp whose distance from the peer is the numerical noise floor the
+    parity bars are measured against (flash_attn stays at its default, off)."""
     llama_cpp = import_llama_cpp()
+    kv = {}
+    if kv_f32:
+        f32 = int(getattr(llama_cpp, "GGML_TYPE_F32", 0))
+        kv = {"type_k": f32, "type_v": f32}
     return llama_cpp.Llama(
+        **kv,
         model_path=str(model or model_path()),
         n_ctx=n_ctx,
         n_batch=n_batch,
@@ -308,56 +318,80 @@ class Comparison:
 def compare_logits(ref, test, ids: Sequence[int], chunk: int = 32) -> Comparison:
     """Compare two [n, vocab] logit matrices (numpy arrays or np.load(mmap_mode='r') memmaps)
     row-chunk by row-chunk in float64. Row i predicts ids[i+1]."""
+    return compare_logits_multi({"ref": ref, "test": test}, [("ref", "test")], ids,
+                                chunk=chunk)[("ref", "test")]
+
+
+def compare_logits_multi(mats: dict, pairs: Sequence[tuple[str, str]], ids: Sequence[int],
+                         chunk: int = 32) -> dict[tuple[str, str], Comparison]:
+    """Compare several [n, vocab] logit matrices (arrays or memmaps) pairwise in one pass.
+
+    mats: name -> matrix; pairs: (ref, test) names, KL(ref || test). Each matrix is read, turned
+    into float64 and log-normalised once per row chunk however many pairs use it, so comparing
+    larql, llama.cpp and a second llama.cpp costs three reads instead of six."""
     n = len(ids)
-    if ref.shape[0] < n or test.shape[0] < n:
-        raise ValueError(f"logit rows {ref.shape[0]} / {test.shape[0]} < {n} ids")
-    if ref.shape[1] != test.shape[1]:
-        raise ValueError(f"vocab mismatch: llama.cpp {ref.shape[1]} vs larql {test.shape[1]}")
+    names = list(mats)
+    for name in names:
+        if mats[name].shape[0] < n:
+            raise ValueError(f"{name}: logit rows {mats[name].shape[0]} < {n} ids")
+    vocab = {mats[name].shape[1] for name in names}
+    if len(vocab) != 1:
+        raise ValueError(f"vocab mismatch: " + ", ".join(f"{k} {mats[k].shape[1]}" for k in names))
+    refs = {r for r, _ in pairs}
     ids_arr = np.asarray(ids, dtype=np.int64)
-    kl = np.empty(n)
-    t1r = np.empty(n, dtype=np.int64)
-    t1t = np.empty(n, dtype=np.int64)
-    margin = np.empty(n)
-    maxd = np.empty(n)
-    nll_r = np.empty(max(n - 1, 0))
-    nll_t = np.empty(max(n - 1, 0))
+    top1 = {k: np.empty(n, dtype=np.int64) for k in names}
+    margin = {k: np.empty(n) for k in refs}
+    nll = {k: np.empty(max(n - 1, 0)) for k in names}
+    kl = {pq: np.empty(n) for pq in pairs}
+    maxd = {pq: np.empty(n) for pq in pairs}
+    # Row-chunk buffers, reused: fresh 64 MiB temporaries per operation cost more in page faults
+    # than the arithmetic.
+    vocab_n = next(iter(vocab))
+    xbuf = {k: np.empty((chunk, vocab_n)) for k in names}
+    pbuf = {k: np.empty((chunk, vocab_n)) for k in refs}
+    scratch = np.empty((chunk, vocab_n))
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         rows = np.arange(e - s)
-        r = np.asarray(ref[s:e], dtype=np.float64)
-        t = np.asarray(test[s:e], dtype=np.float64)
-        if not np.all(np.isfinite(t)):
-            bad = s + int(np.nonzero(~np.isfinite(t).all(axis=1))[0][0])
-            raise AssertionError(f"larql logits contain non-finite values at position {bad}")
-        a_r = r.argmax(axis=1)
-        t1r[s:e] = a_r
-        t1t[s:e] = t.argmax(axis=1)
-        best = r[rows, a_r]
-        r[rows, a_r] = -np.inf
-        margin[s:e] = best - r.max(axis=1)
-        r[rows, a_r] = best
-        # log-softmax pieces; KL = sum p_r (r - t) - lse_r + lse_t, since sum p_r = 1.
-        m_r = best[:, None]
-        p = np.exp(r - m_r)
-        z_r = p.sum(axis=1)
-        lse_r = m_r[:, 0] + np.log(z_r)
-        p /= z_r[:, None]
-        m_t = t.max(axis=1)
-        lse_t = m_t + np.log(np.exp(t - m_t[:, None]).sum(axis=1))
-        d = r - t
-        maxd[s:e] = np.abs(d).max(axis=1)
-        kl[s:e] = (p * d).sum(axis=1) - lse_r + lse_t
-        del p, d
-        # NLL of the next token: rows s..e-1 predict ids[s+1..e]; the last row has no target.
         tgt_pos = np.arange(s, e) + 1
         ok = tgt_pos < n
-        if ok.any():
-            tgt = ids_arr[tgt_pos[ok]]
-            nll_r[tgt_pos[ok] - 1] = lse_r[ok] - r[rows[ok], tgt]
-            nll_t[tgt_pos[ok] - 1] = lse_t[ok] - t[rows[ok], tgt]
-        del r, t
-    return Comparison(kl=np.maximum(kl, 0.0), top1_ref=t1r, top1_test=t1t, ref_margin=margin,
-                      nll_ref=nll_r, nll_test=nll_t, max_abs_dlogit=maxd)
+        tmp = scratch[: e - s]
+        x, lse = {}, {}
+        for k in names:
+            r = xbuf[k][: e - s]
+            np.copyto(r, mats[k][s:e], casting="unsafe")
+            if not np.all(np.isfinite(r)):
+                bad = s + int(np.nonzero(~np.isfinite(r).all(axis=1))[0][0])
+                raise AssertionError(f"{k} logits contain non-finite values at position {bad}")
+            a = r.argmax(axis=1)
+            top1[k][s:e] = a
+            best = r[rows, a]
+            if k in refs:
+                r[rows, a] = -np.inf
+                margin[k][s:e] = best - r.max(axis=1)
+                r[rows, a] = best
+            ex = pbuf[k][: e - s] if k in refs else tmp
+            np.subtract(r, best[:, None], out=ex)
+            np.exp(ex, out=ex)
+            z = ex.sum(axis=1)
+            lse[k] = best + np.log(z)
+            if k in refs:
+                ex /= z[:, None]
+            # NLL of the next token: rows s..e-1 predict ids[s+1..e]; the last row has no target.
+            if ok.any():
+                nll[k][tgt_pos[ok] - 1] = lse[k][ok] - r[rows[ok], ids_arr[tgt_pos[ok]]]
+            x[k] = r
+        for rk, tk in pairs:
+            d = np.subtract(x[rk], x[tk], out=tmp)
+            # KL = sum p_r (r - t) - lse_r + lse_t, since sum p_r = 1.
+            kl[(rk, tk)][s:e] = np.einsum("ij,ij->i", pbuf[rk][: e - s], d) - lse[rk] + lse[tk]
+            np.abs(d, out=d)
+            maxd[(rk, tk)][s:e] = d.max(axis=1)
+        del x
+    return {(rk, tk): Comparison(kl=np.maximum(kl[(rk, tk)], 0.0), top1_ref=top1[rk],
+                                 top1_test=top1[tk], ref_margin=margin[rk], nll_ref=nll[rk],
+                                 nll_test=nll[tk], max_abs_dlogit=maxd[(rk, tk)])
+            for rk, tk in pairs}
 
 
 def perplexity_from_logits(logits, ids: Sequence[int], chunk: int = 64) -> float:
