@@ -101,6 +101,7 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tok
   constexpr int64_t kRepackMinTokens = 4;
   const bool repack = n_tokens >= kRepackMinTokens && (w.type == DType::Q4_0 || w.type == DType::Q5_0);
   const quant::VecDotFn dot = quant::vec_dot_fn(repack ? DType::Q8_0 : w.type);
+  const quant::VecDot4Fn dot4 = quant::vec_dot4_fn(repack ? DType::Q8_0 : w.type);
   const size_t q8_row_bytes = repack ? *row_bytes(DType::Q8_0, static_cast<uint64_t>(cols)) : 0;
   const int64_t rows = w.rows;
   pool.parallel_for(
@@ -113,7 +114,19 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tok
           if (repack)
             for (int64_t r = rb; r < re; ++r)
               quant::repack_to_q8_0(w.type, w.row(r), tile.data() + (r - rb) * q8_row_bytes, cols);
-          for (int64_t t = 0; t < n_tokens; ++t) {
+          int64_t t = 0;
+          if (dot4 != nullptr) {
+            float o[4];
+            for (; t + 4 <= n_tokens; t += 4) {
+              const void* at4[4];
+              for (int k = 0; k < 4; ++k) at4[k] = a + static_cast<size_t>(t + k) * act_row_bytes;
+              for (int64_t r = rb; r < re; ++r) {
+                dot4(cols, repack ? tile.data() + (r - rb) * q8_row_bytes : w.row(r), at4, o);
+                for (int k = 0; k < 4; ++k) y[(t + k) * rows + r] = o[k];
+              }
+            }
+          }
+          for (; t < n_tokens; ++t) {
             const uint8_t* at = a + static_cast<size_t>(t) * act_row_bytes;
             float* yt = y + t * rows;
             if (repack) {

@@ -176,6 +176,49 @@ float dot_q_x_q8_0(int64_t n, const void* w, const void* a) {
   return _mm_cvtss_f32(acc4) + hsum_float_8(acc);
 }
 
+// One Q8_0 weight row against four Q8_0 activation rows (prefill). For each activation row the
+// float operations are exactly those of dot_q_x_q8_0<BlockQ8_0> in the same order, so every
+// result is bit-identical to the single-row kernel (batch invariance); only the weight loads and
+// their absolute values are shared.
+void dot4_q8_0(int64_t n, const void* w, const void* const act[4], float out[4]) {
+  const auto* x = static_cast<const BlockQ8_0*>(w);
+  const BlockQ8_0* y[4] = {static_cast<const BlockQ8_0*>(act[0]), static_cast<const BlockQ8_0*>(act[1]),
+                           static_cast<const BlockQ8_0*>(act[2]), static_cast<const BlockQ8_0*>(act[3])};
+  const int64_t nb = n / QK8_0;
+  __m128 acc4[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+  const __m256i ones = _mm256_set1_epi16(1);
+  int64_t ib = 0;
+  for (; ib + 3 < nb; ib += 4) {
+    const __m128 dx = f16x4(x[ib].d, x[ib + 1].d, x[ib + 2].d, x[ib + 3].d);
+    const __m256i x0 = load256(x[ib].qs), x1 = load256(x[ib + 1].qs);
+    const __m256i x2 = load256(x[ib + 2].qs), x3 = load256(x[ib + 3].qs);
+    const __m256i a0 = _mm256_sign_epi8(x0, x0), a1 = _mm256_sign_epi8(x1, x1);
+    const __m256i a2 = _mm256_sign_epi8(x2, x2), a3 = _mm256_sign_epi8(x3, x3);
+    for (int t = 0; t < 4; ++t) {
+      const BlockQ8_0* yt = y[t];
+      const __m128 dy = f16x4(yt[ib].d, yt[ib + 1].d, yt[ib + 2].d, yt[ib + 3].d);
+      const __m256i s0 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(a0, _mm256_sign_epi8(load256(yt[ib].qs), x0)));
+      const __m256i s1 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(a1, _mm256_sign_epi8(load256(yt[ib + 1].qs), x1)));
+      const __m256i s2 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(a2, _mm256_sign_epi8(load256(yt[ib + 2].qs), x2)));
+      const __m256i s3 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(a3, _mm256_sign_epi8(load256(yt[ib + 3].qs), x3)));
+      const __m256i tt = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+      const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(tt), _mm256_extracti128_si256(tt, 1));
+      acc4[t] = _mm_fmadd_ps(_mm_mul_ps(dx, dy), _mm_cvtepi32_ps(sums), acc4[t]);
+    }
+  }
+  for (int t = 0; t < 4; ++t) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t jb = ib; jb < nb; ++jb) {
+      const __m256 d = _mm256_set1_ps(f16(x[jb].d) * f16(y[t][jb].d));
+      acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot_q8_0(x[jb], load256(y[t][jb].qs))), acc);
+    }
+    __m128 a4 = acc4[t];
+    a4 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+    a4 = _mm_add_ss(a4, _mm_movehdup_ps(a4));
+    out[t] = _mm_cvtss_f32(a4) + hsum_float_8(acc);
+  }
+}
+
 // ---- K-quants x Q8_K -----------------------------------------------------------------------
 
 // Rearranges the 12 packed scale bytes into 8 scales (bytes 0..7) then 8 mins (bytes 8..15).
@@ -359,6 +402,8 @@ DotTable make_table() {
 }
 
 }  // namespace
+
+VecDot4Fn avx2_dot4_q8_0() { return dot4_q8_0; }
 
 const DotTable& avx2_dot_table() {
   static const DotTable t = make_table();

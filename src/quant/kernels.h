@@ -22,6 +22,9 @@ const DotTable& ref_dot_table();
 /// AVX2+FMA+F16C kernels. Only call after __builtin_cpu_supports says so.
 const DotTable& avx2_dot_table();
 
+/// The AVX2 4-row Q8_0 kernel (see quant::vec_dot4_fn).
+VecDot4Fn avx2_dot4_q8_0();
+
 /// Scalar dequantisers (dequant_ref.cc). n is a multiple of the block size.
 using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 DequantFn ref_dequant_fn(DType t);  ///< nullptr if unsupported

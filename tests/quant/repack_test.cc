@@ -41,3 +41,33 @@ TEST(Repack, OtherTypesRefused) {
 
 }  // namespace
 }  // namespace larql::quant
+
+namespace larql::quant {
+namespace {
+
+// The 4-row kernel must give, for each activation row, exactly the single-row kernel's float.
+TEST(VecDot4, BitIdenticalToSingleRow) {
+  const VecDot4Fn dot4 = vec_dot4_fn(DType::Q8_0);
+  if (dot4 == nullptr) GTEST_SKIP() << "no 4-row kernel on this CPU/ISA";
+  const VecDotFn dot = vec_dot_fn(DType::Q8_0);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int64_t n : {32, 96, 128, 640, 2048}) {
+    const size_t rb = *row_bytes(DType::Q8_0, n);
+    std::vector<float> x(n);
+    std::vector<uint8_t> w(rb), act(4 * rb);
+    for (auto& v : x) v = nd(rng);
+    quantize_row(DType::Q8_0, x.data(), w.data(), n);
+    for (int t = 0; t < 4; ++t) {
+      for (auto& v : x) v = nd(rng);
+      quantize_row(DType::Q8_0, x.data(), act.data() + t * rb, n);
+    }
+    const void* a4[4] = {act.data(), act.data() + rb, act.data() + 2 * rb, act.data() + 3 * rb};
+    float out[4];
+    dot4(n, w.data(), a4, out);
+    for (int t = 0; t < 4; ++t) EXPECT_EQ(out[t], dot(n, w.data(), a4[t])) << "n=" << n << " row " << t;
+  }
+}
+
+}  // namespace
+}  // namespace larql::quant
