@@ -8,8 +8,8 @@
 #include "kv/no_cache.h"
 #include "kv/markov_rs.h"
 #include "kv/turbo_quant.h"
-// [include:unlimited-context]
-// [include:boundary-kv]
+#include "kv/unlimited_context.h"
+#include "kv/boundary_kv.h"
 #include "util/error.h"
 
 namespace larql {
@@ -135,13 +135,34 @@ const std::vector<EngineEntry>& engine_registry() {
        {"turbo_quant", "turboquant", "tq4", "tq3"},
        {{"bits", KeyType::Enum, "4", "bits per K/V coordinate (tq3 = bits=3, tq4 = bits=4)", {"3", "4"}}},
        "K/V quantised in place: per head an f32 norm + WHT-rotated Lloyd-Max codes (3 or 4 bits)",
-       "lossy: per-row K/V cosine >= 0.99 (4-bit) / 0.98 (3-bit); top-1 agreement and KL vs standard reported",
+       "lossy: mean per-row K/V cosine >= 0.99 (4-bit) / 0.98 (3-bit); top-1 agreement and KL vs standard reported",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          return std::make_unique<TurboQuantEngine>(std::move(f), static_cast<int>(s.get_int("bits", 4)));
        },
        {{"tq3", {{"bits", "3"}}}, {"tq4", {{"bits", "4"}}}}},
-      // [entry:unlimited-context]
-      // [entry:boundary-kv]
+      {"unlimited-context",
+       {"unlimited", "unlimited_context"},
+       {{"window", KeyType::Int, "512", "tokens per window; a window attends to the previous window's last-position checkpoint plus itself", {}}},
+       "current window's K/V + one K/V checkpoint row per closed window + every token id",
+       "exact while the context fits one window; beyond, top-1 agreement / KL vs standard are measured",
+       [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
+         return std::make_unique<UnlimitedContextEngine>(std::move(f), s.get_int("window", 512));
+       }},
+      {"boundary-kv",
+       {"boundary_kv", "boundary"},
+       {{"window", KeyType::Int, "", "as standard:window=N (default: unbounded)", {}},
+        {"chunk_tokens", KeyType::Int, "512", "a boundary frame at the end of every chunk of this many tokens", {}},
+        {"sequence_id", KeyType::String, "default",
+         "archive file name under $LARQL_ARCHIVE_DIR (default ./larql-archive); letters, digits, '.', '_', '-'", {}}},
+       "standard K/V + gated bf16/int8 boundary frames (residual, tokens, confidence) in an on-disk archive",
+       "identical to standard; resume from the archive replays its tokens exactly",
+       [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
+         BoundaryKvOptions o;
+         o.window = s.get_int("window", 0);
+         o.chunk_tokens = s.get_int("chunk_tokens", 512);
+         o.sequence_id = s.get_string("sequence_id", "default");
+         return std::make_unique<BoundaryKvEngine>(std::move(f), std::move(o));
+       }},
   };
   return kRegistry;
 }

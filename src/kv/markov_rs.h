@@ -1,0 +1,146 @@
+// The residual-stream engines: `markov-rs` (exact) and `markov-rs-codec` (lossy cold tier).
+// Specification: shared/design/ENGINES.md ("markov-rs", "markov-rs-codec").
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "inference/forward.h"
+#include "inference/kv_cache.h"
+#include "kv/engine.h"
+
+namespace larql {
+
+/// How cold residual rows are stored.
+///   F32  — exact (markov-rs), 4 bytes/element.
+///   Bf16 — round-to-nearest-even bf16 (util/half.h), 2 bytes/element.
+///   Int8 — symmetric per row: scale = max|x| / 127 (f32), q = round-half-even(x / scale)
+///          clamped to [-127, 127]; decode x = q * scale; 1 byte/element + 4 bytes/row.
+enum class ColdCodec { F32, Bf16, Int8 };
+
+/// "f32", "bf16", "int8".
+const char* cold_codec_name(ColdCodec codec);
+
+/// Rows of fixed width at absolute positions [first_pos(), end_pos()); appends at the end and
+/// drops from the front in amortised O(1) per row. Logical rows only are counted in bytes().
+template <class T>
+class RowStore {
+ public:
+  RowStore() = default;
+  explicit RowStore(int64_t width) : width_(width) {}
+  int64_t width() const { return width_; }
+  int64_t first_pos() const { return first_ + start_; }
+  int64_t end_pos() const { return first_ + static_cast<int64_t>(data_.size()) / width_; }
+  int64_t rows() const { return end_pos() - first_pos(); }
+  const T* at(int64_t pos) const { return data_.data() + (pos - first_) * width_; }
+  size_t bytes() const { return static_cast<size_t>(rows() * width_) * sizeof(T); }
+  /// Append n rows [n, width] at end_pos().
+  void append(const T* rows, int64_t n) { data_.insert(data_.end(), rows, rows + n * width_); }
+  /// Empty the store; the next append lands at `pos`.
+  void reset_to(int64_t pos) {
+    data_.clear();
+    first_ = pos;
+    start_ = 0;
+  }
+  /// Drop every row at a position < pos.
+  void drop_before(int64_t pos) {
+    if (pos <= first_pos()) return;
+    start_ = std::min(pos, end_pos()) - first_;
+    if (start_ > 0 && start_ >= rows()) {  // compact once the dead prefix is as large as the live part
+      data_.erase(data_.begin(), data_.begin() + static_cast<std::ptrdiff_t>(start_ * width_));
+      first_ += start_;
+      start_ = 0;
+    }
+  }
+
+ private:
+  int64_t width_ = 1;
+  int64_t first_ = 0;  ///< position of data_[0]
+  int64_t start_ = 0;  ///< logically dropped rows at the front
+  std::vector<T> data_;
+};
+
+/// Canonical state: the residual stream — for every layer, the residual entering that layer
+/// ([hidden] f32 per position), kept only where the contract needs it:
+///   * global layers: every position (positions older than the newest `window` in the cold tier);
+///   * sliding layers: only the last (sliding_window - 1) positions, the most the next query can
+///     see; anything older is dropped.
+/// Derivative state: post-RoPE K/V rows (f32) for the hot positions of each layer, derived from
+/// the residuals by Forward::kv_from_residual. Cold positions are still attended: their K/V are
+/// re-derived from the (decoded) cold residuals on every decode step that needs them — O(cold
+/// rows) projection work per step; exact, but slow for long cold tiers.
+///
+/// `window` (tokens, 0 = unbounded) bounds the hot tier: residuals and K/V of the newest `window`
+/// positions. markov-rs keeps the cold tier in f32 (ColdCodec::F32) and is exact: the same logits
+/// as `standard` (the forward pass is batch-invariant). markov-rs-codec encodes the cold tier with
+/// bf16 or int8; cold K/V are always derived from the round-tripped residuals. Prefill computes
+/// the whole prompt at full precision; the codec applies to the state kept for later steps.
+///
+/// memory(): hot = hot K/V + hot residuals, cold = encoded cold residuals (logical rows).
+/// State file: n_past plus per layer the hot residual rows (f32) and the cold rows (encoded
+/// words, exactly as held) — never K/V, which load_state re-derives.
+///
+/// Errors: BackendUnavailable (constructor) for an architecture where the residual is not a
+/// sufficient statistic; EmptyPrompt; InvariantViolation (decode before prefill; a state file
+/// from another engine, config or model); ContextOverflow; Format (corrupt state file);
+/// BackendFailure if an internal tier invariant is broken.
+class MarkovRsEngine : public Engine {
+ public:
+  /// codec F32 is the `markov-rs` engine; Bf16 / Int8 are `markov-rs-codec`.
+  MarkovRsEngine(std::shared_ptr<Forward> forward, int64_t window, ColdCodec codec = ColdCodec::F32);
+
+  /// Whether the residual entering each layer (plus the absolute position) determines that
+  /// layer's K/V, so residuals are a complete continuation state. Holds when (a) the K/V of a
+  /// layer are a pure function of the residual row and its position (norm -> projection ->
+  /// k-norm -> RoPE), (b) the attention mask depends only on positions (causal / sliding), and
+  /// (c) no other per-token input enters a layer (no per-layer embeddings as in Gemma 3n /
+  /// Gemma 4, no recurrent or cross-attention state). Verified architectures: gemma3. Anything
+  /// else is refused (why receives the reason).
+  static bool residual_is_sufficient(const ModelConfig& config, std::string* why);
+
+  std::vector<float> prefill(const std::vector<int32_t>& tokens) override;
+  std::vector<float> decode_step(int32_t token) override;
+  EngineInfo info() const override;
+  EngineMemory memory() const override;
+  int64_t n_past() const override { return n_past_; }
+  void save_state(const std::string& path) const override;
+  void load_state(const std::string& path) override;
+
+ private:
+  struct Layer {
+    LayerKv kv;               ///< derivative: hot K/V, positions [hot.first_pos(), n_past)
+    RowStore<float> hot;      ///< canonical: f32 residuals of the hot positions
+    RowStore<uint32_t> cold;  ///< canonical: encoded residuals, positions [cold.first_pos(), hot.first_pos())
+  };
+  std::vector<Layer> fresh_layers() const;
+  /// First position layer li must keep a residual for once n tokens are consumed (0 for global).
+  int64_t retain_lo(int64_t li, int64_t n) const;
+  /// First hot position of layer li at n tokens.
+  int64_t hot_lo(int64_t li, int64_t n) const;
+  /// Move rows leaving the hot tier into the cold tier (encoded) or drop them; drop cold rows no
+  /// longer needed; evict K/V.
+  void settle(std::vector<Layer>& layers, int64_t n) const;
+  void encode_row(const float* x, uint32_t* out) const;
+  void decode_row(const uint32_t* in, float* x) const;
+  /// K/V [n, kv_dim] for f32 residual rows x at positions pos0.., in chunks.
+  void derive_kv(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v);
+  std::string name() const;
+
+  std::shared_ptr<Forward> fwd_;
+  int64_t window_;
+  ColdCodec codec_;
+  int64_t words_per_row_;
+  std::vector<int64_t> kv_keep_;  ///< per layer: hot rows kept (0 = all)
+  std::vector<int64_t> retain_;   ///< per layer: residual rows kept at all (0 = all: global layers)
+  std::vector<Layer> layers_;
+  int64_t n_past_ = 0;
+  bool started_ = false;
+  // Scratch for decode.
+  std::vector<float> x_, q_, k_, v_, attn_, cold_x_, span_k_, span_v_;
+};
+
+}  // namespace larql

@@ -1,0 +1,606 @@
+// The turbo-quant engine and its codec (shared/design/ENGINES.md "turbo-quant").
+//
+// Codec math is checked against hand-derived values (Walsh–Hadamard of small vectors, packed
+// bytes) and the published Lloyd–Max optimum for a Gaussian (Max 1960, "Quantizing for minimum
+// distortion"). Levels this build computes (unit Gaussian; printed by LloydMaxMatchesPublished):
+//   3-bit: ±0.245094 ±0.756005 ±1.343909 ±2.151946          (distortion 0.034548)
+//   4-bit: ±0.128395 ±0.388048 ±0.656759 ±0.942340 ±1.256231 ±1.618046 ±2.069017 ±2.732590
+//                                                             (distortion 0.009501)
+// The engine contracts run on the real model: per-row cosine of decoded vs original K/V, top-1
+// agreement and KL against standard, memory against an f16 cache, save/load.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kv/registry.h"
+#include "kv/standard.h"
+#include "kv/turbo_codec.h"
+#include "kv/turbo_quant.h"
+#include "model/model.h"
+#include "testlib/paths.h"
+#include "testlib/synthetic_model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace larql {
+namespace {
+
+using testing::make_synthetic_model;
+using testing::SyntheticSpec;
+
+template <class F>
+void expect_error(ErrorKind kind, F&& f, const std::string& what = "") {
+  try {
+    f();
+    ADD_FAILURE() << "no error (expected " << error_kind_name(kind) << ") " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << what << ": " << e.what() << " (got " << error_kind_name(e.kind()) << ")";
+  }
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("larql-tqtest-" + std::to_string(::getpid()) + "-" + name)).string();
+}
+
+double cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, double(std::abs(a[i] - b[i])));
+  return d;
+}
+
+// KL(p || q) in nats between the softmaxes of two logit vectors.
+double kl(const std::vector<float>& lp, const std::vector<float>& lq) {
+  const double mp = *std::max_element(lp.begin(), lp.end()), mq = *std::max_element(lq.begin(), lq.end());
+  double zp = 0, zq = 0;
+  for (size_t i = 0; i < lp.size(); ++i) {
+    zp += std::exp(lp[i] - mp);
+    zq += std::exp(lq[i] - mq);
+  }
+  double k = 0;
+  for (size_t i = 0; i < lp.size(); ++i) {
+    const double a = lp[i] - mp - std::log(zp), b = lq[i] - mq - std::log(zq);
+    k += std::exp(a) * (a - b);
+  }
+  return std::max(0.0, k);
+}
+
+int64_t argmax(const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); }
+
+// ---------------------------------------------------------------- codec math
+
+TEST(TurboCodec, WalshHadamardByHand) {
+  // H4 (Sylvester) = [[1,1,1,1],[1,-1,1,-1],[1,1,-1,-1],[1,-1,-1,1]]; H4·(1,2,3,4) = (10,-2,-4,0); /√4.
+  float x[4] = {1, 2, 3, 4};
+  turbo::wht(x, 4);
+  const float want4[4] = {5, -1, -2, 0};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(x[i], want4[i], 1e-6) << i;
+  // H8·(e0 + e7) = column 0 + column 7 = (1..1) + (1,-1,-1,1,-1,1,1,-1) = (2,0,0,2,0,2,2,0); /√8.
+  float y[8] = {1, 0, 0, 0, 0, 0, 0, 1};
+  turbo::wht(y, 8);
+  const float s = 2 / std::sqrt(8.0f);
+  const float want8[8] = {s, 0, 0, s, 0, s, s, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[i], want8[i], 1e-6) << i;
+  // Length 2: (a+b, a-b)/√2.
+  float z[2] = {3, 1};
+  turbo::wht(z, 2);
+  EXPECT_NEAR(z[0], 4 / std::sqrt(2.0f), 1e-6);
+  EXPECT_NEAR(z[1], 2 / std::sqrt(2.0f), 1e-6);
+}
+
+TEST(TurboCodec, RotationIsOrthonormalAndSelfInverse) {
+  // The sign pattern: first 16 coordinates (1 = negated), printed for the record.
+  std::string signs;
+  int negated = 0;
+  for (int i = 0; i < 256; ++i) {
+    if (i < 16) signs += turbo::sign_negated(i) ? '1' : '0';
+    negated += turbo::sign_negated(i);
+  }
+  std::printf("[turbo] sign pattern (first 16, 1 = negated): %s; %d of 256 negated\n", signs.c_str(), negated);
+  EXPECT_GT(negated, 96);  // a fair coin: 128 ± 16 (2σ = 16)
+  EXPECT_LT(negated, 160);
+  // R = S·H·S/2 on length 4, by hand from the signs: R_ij = s_i s_j H_ij / 2.
+  const int H4[4][4] = {{1, 1, 1, 1}, {1, -1, 1, -1}, {1, 1, -1, -1}, {1, -1, -1, 1}};
+  float x[4] = {0.5f, -1, 2, 0.25f}, want[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      const float si = turbo::sign_negated(i) ? -1 : 1, sj = turbo::sign_negated(j) ? -1 : 1;
+      want[i] += si * sj * H4[i][j] * x[j] / 2;
+    }
+  turbo::rotate(x, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(x[i], want[i], 1e-6) << i;
+  // D = 256: norms and dot products preserved; applying twice gives the input back.
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n01;
+  for (int rep = 0; rep < 10; ++rep) {
+    std::vector<float> a(256), b(256);
+    for (auto& v : a) v = n01(rng) * 3;
+    for (auto& v : b) v = n01(rng);
+    auto ra = a, rb = b;
+    turbo::rotate(ra.data(), 256);
+    turbo::rotate(rb.data(), 256);
+    double dot = 0, rdot = 0, na = 0, nra = 0;
+    for (int i = 0; i < 256; ++i) {
+      dot += a[i] * b[i];
+      rdot += ra[i] * rb[i];
+      na += a[i] * a[i];
+      nra += ra[i] * ra[i];
+    }
+    EXPECT_NEAR(nra, na, 1e-4 * na);
+    EXPECT_NEAR(rdot, dot, 1e-3 * std::sqrt(na * 256));
+    turbo::rotate(ra.data(), 256);
+    for (int i = 0; i < 256; ++i) EXPECT_NEAR(ra[i], a[i], 1e-4) << i;
+  }
+}
+
+TEST(TurboCodec, PackUnpackByHandAndRoundTrip) {
+  // 4 bits: first index in the low nibble.
+  const uint8_t i4[4] = {1, 2, 15, 0};
+  uint8_t p4[2];
+  turbo::pack_indices(i4, 4, 4, p4);
+  EXPECT_EQ(p4[0], 0x21);
+  EXPECT_EQ(p4[1], 0x0F);
+  // 3 bits: eight indices per 24-bit little-endian word, index j at bits 3j..3j+2:
+  // 1 | 2<<3 | 3<<6 | 4<<9 | 5<<12 | 6<<15 | 7<<18 = 0x1F58D1.
+  const uint8_t i3[8] = {1, 2, 3, 4, 5, 6, 7, 0};
+  uint8_t p3[3];
+  turbo::pack_indices(i3, 8, 3, p3);
+  EXPECT_EQ(p3[0], 0xD1);
+  EXPECT_EQ(p3[1], 0x58);
+  EXPECT_EQ(p3[2], 0x1F);
+  EXPECT_EQ(turbo::packed_bytes(256, 4), 128u);
+  EXPECT_EQ(turbo::packed_bytes(256, 3), 96u);
+  EXPECT_EQ(turbo::packed_bytes(13, 3), 5u);
+  std::mt19937 rng(3);
+  for (int bits : {3, 4})
+    for (int64_t n : {1, 7, 13, 256}) {
+      std::vector<uint8_t> idx(static_cast<size_t>(n)), back(idx.size());
+      for (auto& v : idx) v = static_cast<uint8_t>(rng() % (1u << bits));
+      std::vector<uint8_t> packed(turbo::packed_bytes(n, bits));
+      turbo::pack_indices(idx.data(), n, bits, packed.data());
+      turbo::unpack_indices(packed.data(), n, bits, back.data());
+      EXPECT_EQ(idx, back) << bits << " bits, n " << n;
+    }
+}
+
+TEST(TurboCodec, LloydMaxMatchesPublished) {
+  const std::vector<double> pub3 = {0.2451, 0.7560, 1.3439, 2.1520};
+  const std::vector<double> pub4 = {0.1284, 0.3881, 0.6568, 0.9424, 1.2562, 1.6180, 2.0690, 2.7326};
+  for (int bits : {3, 4}) {
+    const turbo::Codebook cb = turbo::lloyd_max_gaussian(bits);
+    const auto& pub = bits == 3 ? pub3 : pub4;
+    const size_t n = size_t{1} << bits;
+    ASSERT_EQ(cb.levels.size(), n);
+    ASSERT_EQ(cb.boundaries.size(), n - 1);
+    std::printf("[turbo] %d-bit Lloyd-Max levels (N(0,1)):", bits);
+    for (size_t i = n / 2; i < n; ++i) std::printf(" ±%.6f", cb.levels[i]);
+    // Distortion E[(X - Q(X))²] by numerical integration (midpoint rule on [-10, 10]).
+    double dist = 0;
+    const double h = 1e-4;
+    for (double x = -10 + h / 2; x < 10; x += h) {
+      const size_t k = static_cast<size_t>(std::upper_bound(cb.boundaries.begin(), cb.boundaries.end(), x) - cb.boundaries.begin());
+      dist += (x - cb.levels[k]) * (x - cb.levels[k]) * std::exp(-x * x / 2) / std::sqrt(2 * M_PI) * h;
+    }
+    std::printf("  (distortion %.6f)\n", dist);
+    EXPECT_NEAR(dist, bits == 3 ? 0.03454 : 0.009497, 2e-5);  // Max (1960), table I
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(cb.levels[i], -cb.levels[n - 1 - i], 1e-9) << "symmetric " << i;
+      if (i > 0) EXPECT_LT(cb.levels[i - 1], cb.levels[i]) << "increasing " << i;
+      if (i + 1 < n) EXPECT_DOUBLE_EQ(cb.boundaries[i], 0.5 * (cb.levels[i] + cb.levels[i + 1]));
+    }
+    for (size_t i = 0; i < pub.size(); ++i) EXPECT_NEAR(cb.levels[n / 2 + i], pub[i], 6e-4) << bits << " bits, level " << i;
+    // The codec's levels are these scaled to N(0, 1/D).
+    const turbo::Codec codec(256, bits);
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(codec.levels()[i], cb.levels[i] / 16, 1e-7);
+    EXPECT_EQ(codec.bytes_per_vector(), bits == 4 ? 132u : 100u);
+  }
+  EXPECT_THROW(turbo::Codec(256, 5), Error);
+  EXPECT_THROW(turbo::Codec(100, 4), Error);
+}
+
+TEST(TurboCodec, RandomVectorsHaveTheGaussianDistortion) {
+  // For a random direction the rotated coordinates are ~N(0, 1/D), so the relative squared error
+  // ‖x − x̂‖²/‖x‖² is about the Lloyd-Max distortion (0.0095 / 0.0345), and the norm is exact.
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n01;
+  for (int bits : {3, 4}) {
+    const turbo::Codec codec(256, bits);
+    std::vector<uint8_t> enc(codec.bytes_per_vector());
+    double err = 0, min_cos = 1;
+    const int reps = 200;
+    for (int r = 0; r < reps; ++r) {
+      std::vector<float> x(256), y(256), yr(256);
+      for (auto& v : x) v = n01(rng) * 5;
+      codec.encode(x.data(), enc.data());
+      codec.decode(enc.data(), y.data());
+      codec.decode_rotated(enc.data(), yr.data());
+      double e = 0, nn = 0;
+      for (int i = 0; i < 256; ++i) {
+        e += (x[i] - y[i]) * (x[i] - y[i]);
+        nn += x[i] * x[i];
+      }
+      err += e / nn / reps;
+      min_cos = std::min(min_cos, cosine(x.data(), y.data(), 256));
+      float norm;
+      std::memcpy(&norm, enc.data(), 4);
+      EXPECT_NEAR(norm, std::sqrt(nn), 1e-3 * std::sqrt(nn));
+      turbo::rotate(yr.data(), 256);  // decode = R · decode_rotated
+      for (int i = 0; i < 256; ++i) EXPECT_NEAR(yr[i], y[i], 1e-5);
+    }
+    std::printf("[turbo] %d-bit random vectors: relative squared error %.5f, min cosine %.5f\n", bits, err, min_cos);
+    EXPECT_NEAR(err, bits == 3 ? 0.0345 : 0.0095, bits == 3 ? 0.004 : 0.0012);
+    EXPECT_GE(min_cos, bits == 3 ? 0.97 : 0.99);
+  }
+  // Zero vector: norm 0, decodes to zeros.
+  const turbo::Codec codec(16, 4);
+  std::vector<float> z(16, 0.0f), out(16, 1.0f);
+  std::vector<uint8_t> enc(codec.bytes_per_vector());
+  codec.encode(z.data(), enc.data());
+  codec.decode(enc.data(), out.data());
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+// ---------------------------------------------------------------- registry
+
+TEST(TurboQuantRegistry, AliasesBitsAndPresets) {
+  for (const char* n : {"turbo-quant", "turbo_quant", "turboquant"}) {
+    const EngineSpec s = parse_engine_spec(n);
+    EXPECT_EQ(s.name, "turbo-quant") << n;
+    EXPECT_TRUE(s.params.empty()) << n;
+  }
+  EXPECT_EQ(parse_engine_spec("tq3").to_string(), "turbo-quant:bits=3");
+  EXPECT_EQ(parse_engine_spec("tq4").to_string(), "turbo-quant:bits=4");
+  EXPECT_EQ(parse_engine_spec("tq3:bits=3").to_string(), "turbo-quant:bits=3");
+  EXPECT_EQ(parse_engine_spec("turbo-quant:bits=3").get_int("bits", 4), 3);
+  EXPECT_EQ(parse_engine_spec("turboquant").get_int("bits", 4), 4);
+  auto bad = [](const std::string& spec, const std::vector<std::string>& needles) {
+    try {
+      parse_engine_spec(spec);
+      ADD_FAILURE() << "accepted " << spec;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
+    }
+  };
+  bad("turbo-quant:bits=5", {"bits", "5", "3, 4"});
+  bad("tq4:bits=2", {"bits", "3, 4"});
+  bad("tq3:bits=4", {"tq3", "bits=3", "bits=4"});
+  bad("turbo-quant:window=8", {"window", "bits"});
+  // A list: tq3 then standard.
+  const auto list = parse_engine_list("tq3,standard;tq4");
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0].to_string(), "turbo-quant:bits=3");
+  EXPECT_EQ(list[1].name, "standard");
+  EXPECT_EQ(list[2].to_string(), "turbo-quant:bits=4");
+}
+
+// ---------------------------------------------------------------- engine on a synthetic model
+
+const std::vector<int32_t> kSeq = {2, 270, 277, 7, 100, 271, 5, 4, 262, 200, 150, 265};
+
+struct Fixture {
+  explicit Fixture(SyntheticSpec s = {}) : sm(make_synthetic_model(s)), model(Model::load(sm->path)),
+                                           fwd(std::make_shared<Forward>(model, 2)) {}
+  std::vector<float> logits(const std::vector<float>& h) {
+    std::vector<float> lg(static_cast<size_t>(model->config().vocab));
+    fwd->logits(h.data(), 1, lg.data());
+    return lg;
+  }
+  std::unique_ptr<testing::SyntheticModel> sm;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Forward> fwd;
+};
+
+TEST(TurboQuantEngine, PrefillMatchesStandardAndStoresTheCodecOfItsRows) {
+  // A single-chunk prefill attends to itself at full precision, so its logits are standard's
+  // (up to the rounding of attention taken in the rotated domain), and every stored row is the
+  // codec's round trip of standard's K/V for the same position (sliding layers: the window only).
+  Fixture fx;
+  const auto& c = fx.model->config();
+  StandardEngine st(fx.fwd, 0);
+  const auto want = fx.logits(st.prefill(kSeq));
+  KvCache cache(c);
+  std::vector<float> x(kSeq.size() * c.hidden);
+  fx.fwd->forward(kSeq.data(), static_cast<int64_t>(kSeq.size()), cache, x.data());
+  for (int bits : {3, 4}) {
+    TurboQuantEngine e(fx.fwd, bits);
+    EXPECT_LE(max_diff(want, fx.logits(e.prefill(kSeq))), 1e-4) << bits;
+    const auto& codec = e.codec();
+    std::vector<uint8_t> enc(codec.bytes_per_vector());
+    std::vector<float> dk(static_cast<size_t>(c.head_dim)), k, v;
+    for (int64_t li = 0; li < c.n_layers; ++li) {
+      int64_t first = -1;
+      e.decoded_rows(li, k, v, first);
+      const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+      EXPECT_EQ(first, lc.sliding ? 12 - lc.window : 0) << li;
+      ASSERT_EQ(static_cast<int64_t>(k.size()), (12 - first) * c.kv_dim());
+      for (int64_t p = first; p < 12; ++p)
+        for (int64_t h = 0; h < c.n_kv_heads; ++h)
+          for (int kind = 0; kind < 2; ++kind) {
+            const float* src = (kind == 0 ? cache.layer(li).k_at(p) : cache.layer(li).v_at(p)) + h * c.head_dim;
+            codec.encode(src, enc.data());
+            codec.decode(enc.data(), dk.data());
+            const float* got = (kind == 0 ? k.data() : v.data()) + ((p - first) * c.kv_dim() + h * c.head_dim);
+            for (int64_t i = 0; i < c.head_dim; ++i)
+              ASSERT_NEAR(got[i], dk[static_cast<size_t>(i)], 1e-5) << "layer " << li << " pos " << p << " " << kind;
+            EXPECT_GT(cosine(src, got, c.head_dim), bits == 4 ? 0.95 : 0.9);
+          }
+    }
+  }
+}
+
+TEST(TurboQuantEngine, DecodeAttendsToTheQuantisedRows) {
+  // Decoding is deterministic (two engines agree exactly), differs from standard (the quantised
+  // history is really in the loop), and memory after prefill + decode equals one prefill's.
+  Fixture fx;
+  StandardEngine st(fx.fwd, 0);
+  TurboQuantEngine a(fx.fwd, 4), b(fx.fwd, 4), one(fx.fwd, 4);
+  st.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 3));
+  a.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 3));
+  b.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 3));
+  double worst = 0;
+  for (size_t t = 3; t < kSeq.size(); ++t) {
+    const auto la = fx.logits(a.decode_step(kSeq[t]));
+    EXPECT_EQ(max_diff(la, fx.logits(b.decode_step(kSeq[t]))), 0.0) << t;
+    worst = std::max(worst, max_diff(la, fx.logits(st.decode_step(kSeq[t]))));
+  }
+  EXPECT_GT(worst, 1e-4);
+  one.prefill(kSeq);
+  EXPECT_EQ(a.n_past(), 12);
+  EXPECT_EQ(a.memory().hot_bytes, one.memory().hot_bytes);
+}
+
+TEST(TurboQuantEngine, MemoryCountsLogicalRows) {
+  Fixture fx;
+  const auto& c = fx.model->config();  // 7 layers, 6 sliding (window 4), kv_dim 16, one kv head
+  for (int bits : {3, 4}) {
+    TurboQuantEngine e(fx.fwd, bits);
+    EXPECT_EQ(e.memory().hot_bytes, 0u);
+    e.prefill(kSeq);
+    const size_t per_vec = 4 + static_cast<size_t>(16 * bits / 8);  // 12 or 10 bytes
+    EXPECT_EQ(e.memory().hot_bytes, (6 * 4 + 12) * per_vec * 2) << bits;
+    EXPECT_EQ(e.memory().cold_bytes, 0u);
+    EXPECT_EQ(c.n_layers, 7);
+    e.prefill({2, 100});
+    EXPECT_EQ(e.memory().hot_bytes, 7 * 2 * per_vec * 2);
+  }
+}
+
+TEST(TurboQuantEngine, Errors) {
+  SyntheticSpec s;
+  s.context_length = 8;
+  Fixture fx(s);
+  TurboQuantEngine e(fx.fwd, 4);
+  expect_error(ErrorKind::InvariantViolation, [&] { e.decode_step(5); }, "decode before prefill");
+  expect_error(ErrorKind::InvariantViolation, [&] { e.save_state(temp_path("never.state")); }, "save before prefill");
+  expect_error(ErrorKind::EmptyPrompt, [&] { e.prefill({}); });
+  expect_error(ErrorKind::ContextOverflow, [&] { e.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 9)); });
+  expect_error(ErrorKind::InvariantViolation, [&] { e.decode_step(5); }, "after a failed prefill");
+  e.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 7));
+  e.decode_step(5);
+  expect_error(ErrorKind::ContextOverflow, [&] { e.decode_step(5); });
+  expect_error(ErrorKind::InvalidArgument, [&] { TurboQuantEngine bad(fx.fwd, 5); });
+  SyntheticSpec odd;
+  odd.head_dim = 12;  // not a power of two: the rotation cannot serve it
+  odd.hidden = 48;
+  Fixture fo(odd);
+  expect_error(ErrorKind::BackendUnavailable, [&] { TurboQuantEngine bad(fo.fwd, 4); });
+  // Through the registry.
+  auto made = make_engine(parse_engine_spec("tq3"), fx.fwd);
+  EXPECT_EQ(made->info().name, "turbo-quant");
+  EXPECT_EQ(made->info().config, "bits=3");
+  EXPECT_EQ(make_engine(parse_engine_spec("turbo-quant"), fx.fwd)->info().config, "bits=4");
+}
+
+TEST(TurboQuantEngine, SaveLoadContinuesAndRefusesForeignState) {
+  Fixture fx;
+  const std::string path = temp_path("tq.state"), other = temp_path("other.state");
+  for (int bits : {3, 4}) {
+    TurboQuantEngine a(fx.fwd, bits);
+    a.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 7));
+    a.save_state(path);
+    auto model2 = Model::load(fx.sm->path);
+    auto fwd2 = std::make_shared<Forward>(model2, 1);
+    TurboQuantEngine b(fwd2, bits);
+    b.prefill({2, 100});  // replaced by the load
+    b.load_state(path);
+    EXPECT_EQ(b.n_past(), 7);
+    EXPECT_EQ(b.memory().hot_bytes, a.memory().hot_bytes);
+    std::vector<float> lb(static_cast<size_t>(fx.sm->vocab));
+    for (size_t t = 7; t < kSeq.size(); ++t) {
+      const auto la = fx.logits(a.decode_step(kSeq[t]));
+      const auto hb = b.decode_step(kSeq[t]);
+      fwd2->logits(hb.data(), 1, lb.data());
+      EXPECT_EQ(max_diff(la, lb), 0.0) << "position " << t;
+    }
+  }
+  // Refusals: the other bit width, the standard engine's file, another model's file.
+  TurboQuantEngine t3(fx.fwd, 3);
+  expect_error(ErrorKind::InvariantViolation, [&] { t3.load_state(path); }, "4-bit state into 3-bit");  // path has bits=4
+  StandardEngine st(fx.fwd, 0);
+  st.prefill({2, 100, 101});
+  st.save_state(other);
+  expect_error(ErrorKind::InvariantViolation, [&] { t3.load_state(other); }, "standard's file");
+  expect_error(ErrorKind::InvariantViolation, [&] { st.load_state(path); }, "standard loading turbo's file");
+  SyntheticSpec s2;
+  s2.seed = 2;
+  Fixture fy(s2);
+  TurboQuantEngine y(fy.fwd, 4);
+  y.prefill({2, 100, 101});
+  y.save_state(other);
+  TurboQuantEngine x4(fx.fwd, 4);
+  expect_error(ErrorKind::InvariantViolation, [&] { x4.load_state(other); }, "another model");
+  expect_error(ErrorKind::InvariantViolation, [&] { x4.decode_step(5); }, "still unstarted");
+  // Truncated files are Format errors.
+  std::vector<char> bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  for (size_t keep : {size_t{30}, bytes.size() / 2, bytes.size() - 1}) {
+    std::ofstream out(other, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(keep));
+    out.close();
+    expect_error(ErrorKind::Format, [&] { x4.load_state(other); }, "truncated to " + std::to_string(keep));
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(other);
+}
+
+// ---------------------------------------------------------------- real model contracts
+
+const char* kText =
+    "The history of the lighthouse begins in the ancient world, when fires were lit on hilltops to guide "
+    "sailors home. The most famous of these was the Pharos of Alexandria, built in the third century BC on "
+    "a small island at the entrance of the harbour. It stood for more than a thousand years before a series "
+    "of earthquakes brought it down. Later towers in Europe were simple stone columns with a coal fire at "
+    "the top, and keepers spent their nights carrying fuel up narrow stairs. In the eighteenth century, "
+    "oil lamps with reflectors replaced open fires, and in 1822 Augustin Fresnel designed a lens made of "
+    "concentric rings of glass that could throw a beam of light more than twenty miles out to sea. Keepers "
+    "lived with their families in small cottages beside the tower, recording the weather, trimming the wicks "
+    "and polishing the brass. Storms could cut them off from the mainland for weeks. Today most lighthouses "
+    "are automated, their lamps switched by sensors and their lenses turned by electric motors, but many "
+    "still stand as museums where visitors climb the spiral stairs and look out over the water. When the "
+    "fog rolls in, the old horns still sound along some coasts, a reminder of the people who kept the lights";
+
+TEST(TurboQuantRealModel, PerRowCosineOfDecodedKV) {
+  LARQL_REQUIRE_MODEL(path);
+  auto model = Model::load(path);
+  auto fwd = std::make_shared<Forward>(model, 2);
+  const auto& c = model->config();
+  const auto tok = Tokenizer::from_gguf(model->file());
+  const auto ids = tok.encode(kText, true, false);
+  ASSERT_GE(ids.size(), 200u);
+  KvCache cache(c);  // standard's K/V for this prompt
+  std::vector<float> x(ids.size() * c.hidden);
+  fwd->forward(ids.data(), static_cast<int64_t>(ids.size()), cache, x.data());
+  for (int bits : {3, 4}) {
+    const turbo::Codec codec(c.head_dim, bits);
+    std::vector<uint8_t> enc(codec.bytes_per_vector());
+    std::vector<float> dec(static_cast<size_t>(c.head_dim));
+    for (int kind = 0; kind < 2; ++kind) {
+      std::vector<double> cos;
+      for (int64_t li = 0; li < c.n_layers; ++li) {
+        const LayerKv& l = cache.layer(li);
+        for (int64_t p = l.first_pos(); p < l.end_pos(); ++p)
+          for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+            const float* row = (kind == 0 ? l.k_at(p) : l.v_at(p)) + h * c.head_dim;
+            codec.encode(row, enc.data());
+            codec.decode(enc.data(), dec.data());
+            cos.push_back(cosine(row, dec.data(), c.head_dim));
+          }
+      }
+      std::sort(cos.begin(), cos.end());
+      double mean = 0;
+      for (double v : cos) mean += v / cos.size();
+      std::printf("[turbo] real %s, %d-bit: %zu rows (%zu tokens x %lld layers), cosine mean %.5f, p1 %.5f, min %.5f\n",
+                  kind == 0 ? "K" : "V", bits, cos.size(), ids.size(), static_cast<long long>(c.n_layers), mean,
+                  cos[cos.size() / 100], cos.front());
+      // The contract bound holds for the mean row; single rows dip lower (the per-row squared
+      // error is an average of head_dim coordinate errors, so it scatters around its mean).
+      EXPECT_GE(mean, bits == 4 ? 0.99 : 0.98) << (kind == 0 ? "K" : "V") << " " << bits << "-bit mean";
+      EXPECT_GE(cos[cos.size() / 100], bits == 4 ? 0.99 : 0.97) << (kind == 0 ? "K" : "V") << " " << bits << "-bit p1";
+      EXPECT_GE(cos.front(), bits == 4 ? 0.98 : 0.95) << (kind == 0 ? "K" : "V") << " " << bits << "-bit min";
+    }
+  }
+}
+
+TEST(TurboQuantRealModel, AgreementWithStandardMemoryAndSaveLoad) {
+  LARQL_REQUIRE_MODEL(path);
+  auto model = Model::load(path);
+  auto fwd = std::make_shared<Forward>(model, 2);
+  const auto& c = model->config();
+  const auto tok = Tokenizer::from_gguf(model->file());
+  auto ids = tok.encode(kText, true, false);
+  ids.resize(200);
+  const int steps = 64;
+  std::vector<float> lg(static_cast<size_t>(c.vocab));
+  auto logits = [&](const std::vector<float>& h) {
+    fwd->logits(h.data(), 1, lg.data());
+    return lg;
+  };
+  // Standard, greedy: the reference logits and the token stream both engines are fed.
+  StandardEngine st(fwd, 0);
+  std::vector<std::vector<float>> ref;
+  std::vector<int32_t> fed;
+  ref.push_back(logits(st.prefill(ids)));
+  for (int s = 0; s < steps; ++s) {
+    fed.push_back(static_cast<int32_t>(argmax(ref.back())));
+    ref.push_back(logits(st.decode_step(fed.back())));
+  }
+  const std::string state = temp_path("real.state");
+  for (int bits : {4, 3}) {
+    TurboQuantEngine tq(fwd, bits);
+    double kl_sum = 0, kl_max = 0;
+    int agree = 0;
+    auto score = [&](size_t i, const std::vector<float>& l) {
+      const double k = kl(ref[i], l);
+      kl_sum += k;
+      kl_max = std::max(kl_max, k);
+      agree += argmax(l) == argmax(ref[i]);
+    };
+    score(0, logits(tq.prefill(ids)));
+    std::vector<float> saved_next;
+    const int my_steps = bits == 4 ? steps : steps / 2;  // 3-bit: reported on 32 steps (time)
+    for (int s = 0; s < my_steps; ++s) {
+      if (s == my_steps - 4) tq.save_state(state);
+      const auto l = logits(tq.decode_step(fed[static_cast<size_t>(s)]));
+      if (s == my_steps - 4) saved_next = l;
+      score(static_cast<size_t>(s) + 1, l);
+    }
+    const int n = my_steps + 1;
+    const EngineMemory m = tq.memory();
+    // f16 bytes of the same rows: rows × kv_dim × 2 bytes × (K and V).
+    int64_t rows = 0;
+    for (int64_t li = 0; li < c.n_layers; ++li) {
+      std::vector<float> k, v;
+      int64_t first = 0;
+      tq.decoded_rows(li, k, v, first);
+      rows += static_cast<int64_t>(k.size()) / c.kv_dim();
+      const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+      EXPECT_EQ(static_cast<int64_t>(k.size()) / c.kv_dim(), lc.sliding ? std::min<int64_t>(lc.window, tq.n_past()) : tq.n_past());
+    }
+    const double f16 = static_cast<double>(rows * c.kv_dim() * 2 * 2);
+    std::printf("[turbo] real model, %d-bit, %zu-token prompt + %d greedy steps: top-1 agreement %d/%d = %.3f, "
+                "mean KL %.5f nats, max KL %.5f; K/V bytes %zu = %.4f x f16 (%.0f bytes)\n",
+                bits, ids.size(), my_steps, agree, n, double(agree) / n, kl_sum / n, kl_max, m.hot_bytes, m.hot_bytes / f16, f16);
+    EXPECT_EQ(m.hot_bytes, static_cast<size_t>(rows) * c.n_kv_heads * tq.codec().bytes_per_vector() * 2);
+    if (bits == 4) {
+      EXPECT_GE(double(agree) / n, 0.8);
+      EXPECT_LE(kl_sum / n, 0.1);
+      EXPECT_LE(m.hot_bytes, 0.3 * f16);
+    } else {
+      EXPECT_GE(double(agree) / n, 0.6);
+      EXPECT_LE(m.hot_bytes, 0.25 * f16);
+    }
+    // Save/load: a fresh engine continues with the same logits as never having stopped.
+    TurboQuantEngine back(fwd, bits);
+    back.load_state(state);
+    EXPECT_EQ(back.n_past(), static_cast<int64_t>(ids.size()) + my_steps - 4);
+    EXPECT_EQ(max_diff(logits(back.decode_step(fed[static_cast<size_t>(my_steps - 4)])), saved_next), 0.0);
+    std::printf("[turbo] %d-bit state file: %ju bytes\n", bits, static_cast<uintmax_t>(std::filesystem::file_size(state)));
+  }
+  std::filesystem::remove(state);
+}
+
+}  // namespace
+}  // namespace larql
