@@ -38,7 +38,7 @@ std::string temp_path(const std::string& name) {
 }
 
 struct Fx {
-  Fx() : sm(make_synthetic_model()), model(Model::load(sm->path)), fwd(std::make_shared<Forward>(model, 2)) {}
+  Fx() : sm(make_synthetic_model()), model(Model::load(sm->path)), fwd(std::make_shared<Forward>(model, 1)) {}
   std::vector<float> logits(const std::vector<float>& h) {
     std::vector<float> lg(static_cast<size_t>(model->config().vocab));
     fwd->logits(h.data(), 1, lg.data());
