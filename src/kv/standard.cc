@@ -42,35 +42,18 @@ EngineMemory StandardEngine::memory() const { return {cache_.bytes(), 0, window_
 void StandardEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
   StateWriter w(path, {"standard", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past())});
-  for (int64_t i = 0; i < cache_.n_layers(); ++i) {
-    const LayerKv& l = cache_.layer(i);
-    w.u64(static_cast<uint64_t>(l.first_pos()));
-    w.u64(static_cast<uint64_t>(l.rows()));
-    if (l.rows() > 0) {
-      w.floats(l.k_at(l.first_pos()), static_cast<size_t>(l.rows() * l.kv_dim()));
-      w.floats(l.v_at(l.first_pos()), static_cast<size_t>(l.rows() * l.kv_dim()));
-    }
-  }
+  for (int64_t i = 0; i < cache_.n_layers(); ++i) write_layer_kv(w, cache_.layer(i));
   w.close();
 }
 
 void StandardEngine::load_state(const std::string& path) {
   StateReader r(path);
-  const StateHeader h = r.header("standard", fwd_->model().fingerprint());
-  if (h.config != info().config)
-    throw Error(ErrorKind::InvariantViolation, path + ": state has config '" + h.config + "', engine has '" + info().config + "'");
+  const StateHeader h = r.header("standard", fwd_->model().fingerprint(), info().config);
+  if (h.n_past > static_cast<uint64_t>(fwd_->config().context_length))
+    throw Error(ErrorKind::Format, path + ": n_past " + std::to_string(h.n_past) + " exceeds the context length");
   KvCache fresh(fwd_->config(), window_);
-  for (int64_t i = 0; i < fresh.n_layers(); ++i) {
-    LayerKv& l = fresh.layer(i);
-    const uint64_t first = r.u64(), rows = r.u64();
-    if (first + rows != h.n_past || rows > h.n_past || h.n_past > static_cast<uint64_t>(fwd_->config().context_length))
-      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(i) + " rows do not end at n_past");
-    std::vector<float> k(static_cast<size_t>(rows * l.kv_dim())), v(k.size());
-    r.floats(k.data(), k.size());
-    r.floats(v.data(), v.size());
-    l.reset_to(static_cast<int64_t>(first));
-    l.append(k.data(), v.data(), static_cast<int64_t>(rows));
-  }
+  for (int64_t i = 0; i < fresh.n_layers(); ++i)
+    read_layer_kv(r, fresh.layer(i), static_cast<int64_t>(h.n_past), -1, "layer " + std::to_string(i));
   r.expect_end();
   cache_ = std::move(fresh);
   started_ = h.n_past > 0;

@@ -75,6 +75,14 @@ StateHeader StateReader::header(const std::string& engine, const std::string& fi
   return h;
 }
 
+StateHeader StateReader::header(const std::string& engine, const std::string& fingerprint,
+                                const std::string& config) {
+  StateHeader h = header(engine, fingerprint);
+  if (h.config != config)
+    throw Error(ErrorKind::InvariantViolation, path_ + ": state has config '" + h.config + "', engine has '" + config + "'");
+  return h;
+}
+
 uint64_t StateReader::u64() {
   uint64_t v = 0;
   raw(&v, 8);
@@ -90,6 +98,32 @@ void StateReader::floats(float* p, size_t n) {
 void StateReader::expect_end() {
   if (pos_ != data_.size())
     throw Error(ErrorKind::Format, path_ + ": " + std::to_string(data_.size() - pos_) + " unexpected bytes after the state");
+}
+
+}  // namespace larql
+
+namespace larql {
+
+void write_layer_kv(StateWriter& w, const LayerKv& l) {
+  w.u64(static_cast<uint64_t>(l.first_pos()));
+  w.u64(static_cast<uint64_t>(l.rows()));
+  if (l.rows() > 0) {
+    w.floats(l.k_at(l.first_pos()), static_cast<size_t>(l.rows() * l.kv_dim()));
+    w.floats(l.v_at(l.first_pos()), static_cast<size_t>(l.rows() * l.kv_dim()));
+  }
+}
+
+void read_layer_kv(StateReader& r, LayerKv& l, int64_t end_pos, int64_t first_pos, const std::string& what) {
+  const uint64_t first = r.u64(), rows = r.u64();
+  if (end_pos < 0 || rows > static_cast<uint64_t>(end_pos) || first + rows != static_cast<uint64_t>(end_pos) ||
+      (first_pos >= 0 && first != static_cast<uint64_t>(first_pos)))
+    throw Error(ErrorKind::Format, r.path() + ": " + what + " rows [" + std::to_string(first) + ", +" +
+                                       std::to_string(rows) + ") do not end at position " + std::to_string(end_pos));
+  std::vector<float> k(static_cast<size_t>(rows) * static_cast<size_t>(l.kv_dim())), v(k.size());
+  r.floats(k.data(), k.size());
+  r.floats(v.data(), v.size());
+  l.reset_to(static_cast<int64_t>(first));
+  l.append(k.data(), v.data(), static_cast<int64_t>(rows));
 }
 
 }  // namespace larql

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "inference/kv_cache.h"
+
 namespace larql {
 
 inline constexpr char kStateMagic[8] = {'L', 'A', 'R', 'Q', 'L', 'K', 'V', '\0'};
@@ -40,9 +42,13 @@ class StateReader {
   explicit StateReader(const std::string& path);
   /// The header; Error{InvariantViolation} if the engine or fingerprint differ from expected.
   StateHeader header(const std::string& expect_engine, const std::string& expect_fingerprint);
+  /// As above, and the engine configuration string must equal `expect_config`.
+  StateHeader header(const std::string& expect_engine, const std::string& expect_fingerprint,
+                     const std::string& expect_config);
   uint64_t u64();
   void floats(float* p, size_t n);
   void expect_end();
+  const std::string& path() const { return path_; }
 
  private:
   void raw(void* p, size_t n);
@@ -51,5 +57,13 @@ class StateReader {
   std::vector<uint8_t> data_;
   size_t pos_ = 0;
 };
+
+/// One layer's live K/V rows: u64 first_pos, u64 rows, then K and V [rows, kv_dim] f32.
+void write_layer_kv(StateWriter& w, const LayerKv& layer);
+
+/// Read what write_layer_kv wrote into `layer` (replacing its rows; kv_dim from `layer`). The rows
+/// must end at `end_pos` and, when `first_pos` >= 0, start there. Errors: Error{Format} naming
+/// `what` and the file on a mismatch or truncation.
+void read_layer_kv(StateReader& r, LayerKv& layer, int64_t end_pos, int64_t first_pos, const std::string& what);
 
 }  // namespace larql

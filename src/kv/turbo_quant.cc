@@ -206,9 +206,7 @@ void TurboQuantEngine::save_state(const std::string& path) const {
 void TurboQuantEngine::load_state(const std::string& path) {
   const ModelConfig& c = fwd_->config();
   StateReader r(path);
-  const StateHeader h = r.header("turbo-quant", fwd_->model().fingerprint());
-  if (h.config != info().config)
-    throw Error(ErrorKind::InvariantViolation, path + ": state has config '" + h.config + "', engine has '" + info().config + "'");
+  const StateHeader h = r.header("turbo-quant", fwd_->model().fingerprint(), info().config);
   const uint64_t bits = r.u64(), hd = r.u64(), kvh = r.u64();
   if (bits != static_cast<uint64_t>(bits_) || hd != static_cast<uint64_t>(c.head_dim) ||
       kvh != static_cast<uint64_t>(c.n_kv_heads))

@@ -140,22 +140,13 @@ void UnlimitedContextEngine::save_state(const std::string& path) const {
     w.floats(cp.k.data(), cp.k.size());
     w.floats(cp.v.data(), cp.v.size());
   }
-  for (const LayerKv& l : cur_) {
-    w.u64(static_cast<uint64_t>(l.first_pos()));
-    w.u64(static_cast<uint64_t>(l.rows()));
-    if (l.rows() > 0) {
-      w.floats(l.k_at(l.first_pos()), static_cast<size_t>(l.rows() * l.kv_dim()));
-      w.floats(l.v_at(l.first_pos()), static_cast<size_t>(l.rows() * l.kv_dim()));
-    }
-  }
+  for (const LayerKv& l : cur_) write_layer_kv(w, l);
   w.close();
 }
 
 void UnlimitedContextEngine::load_state(const std::string& path) {
   StateReader r(path);
-  const StateHeader h = r.header("unlimited-context", fwd_->model().fingerprint());
-  if (h.config != info().config)
-    throw Error(ErrorKind::InvariantViolation, path + ": state has config '" + h.config + "', engine has '" + info().config + "'");
+  const StateHeader h = r.header("unlimited-context", fwd_->model().fingerprint(), info().config);
   const ModelConfig& c = fwd_->config();
   if (h.n_past == 0 || h.n_past > static_cast<uint64_t>(c.context_length))
     throw Error(ErrorKind::Format, path + ": n_past " + std::to_string(h.n_past) + " out of range");
@@ -177,15 +168,8 @@ void UnlimitedContextEngine::load_state(const std::string& path) {
   const int64_t seed_first = closed > 0 ? first - 1 : first;
   std::vector<LayerKv> cur;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const int64_t fp = static_cast<int64_t>(r.u64()), rows = static_cast<int64_t>(r.u64());
-    if (fp != seed_first || fp + rows != n)
-      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(l) + " window rows do not match n_past");
-    std::vector<float> k(static_cast<size_t>(rows * c.kv_dim())), v(k.size());
-    r.floats(k.data(), k.size());
-    r.floats(v.data(), v.size());
     cur.emplace_back(c.kv_dim(), 0);
-    cur.back().reset_to(fp);
-    cur.back().append(k.data(), v.data(), rows);
+    read_layer_kv(r, cur.back(), n, seed_first, "layer " + std::to_string(l) + " window");
   }
   r.expect_end();
   tokens_ = std::move(tokens);

@@ -18,6 +18,7 @@
 #include "testlib/reference_gemma3.h"
 #include "testlib/synthetic_model.h"
 #include "util/error.h"
+#include "testlib/engine_testing.h"
 
 namespace larql {
 namespace {
@@ -27,15 +28,7 @@ using testing::SyntheticSpec;
 
 const std::vector<int32_t> kSeq = {2, 270, 277, 7, 100, 271, 5, 4, 262, 200, 150, 265};
 
-template <class F>
-void expect_error(ErrorKind kind, F&& f, const std::string& what = "") {
-  try {
-    f();
-    ADD_FAILURE() << "no error (expected " << error_kind_name(kind) << ") " << what;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << what << ": " << e.what() << " (got " << error_kind_name(e.kind()) << ")";
-  }
-}
+using testing::expect_error;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("larql-kvtest-" + std::to_string(::getpid()) + "-" + name)).string();

@@ -30,6 +30,7 @@
 #include "testlib/synthetic_model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "testlib/engine_testing.h"
 
 namespace larql {
 namespace {
@@ -37,15 +38,7 @@ namespace {
 using testing::make_synthetic_model;
 using testing::SyntheticSpec;
 
-template <class F>
-void expect_error(ErrorKind kind, F&& f, const std::string& what = "") {
-  try {
-    f();
-    ADD_FAILURE() << "no error (expected " << error_kind_name(kind) << ") " << what;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << what << ": " << e.what() << " (got " << error_kind_name(e.kind()) << ")";
-  }
-}
+using testing::expect_error;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("larql-tqtest-" + std::to_string(::getpid()) + "-" + name)).string();

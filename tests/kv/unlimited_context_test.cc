@@ -20,32 +20,16 @@
 #include "testlib/paths.h"
 #include "testlib/synthetic_model.h"
 #include "util/error.h"
+#include "testlib/engine_testing.h"
 
 namespace larql {
 namespace {
 
-template <class F>
-void expect_error(ErrorKind kind, F&& f, const std::string& what = "") {
-  try {
-    f();
-    ADD_FAILURE() << "no error (expected " << error_kind_name(kind) << ") " << what;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << what << ": " << e.what() << " (got " << error_kind_name(e.kind()) << ")";
-  }
-}
+using testing::expect_error;
 
-std::vector<float> logits_of(Forward& f, const std::vector<float>& h) {
-  std::vector<float> out(static_cast<size_t>(f.config().vocab));
-  f.logits(h.data(), 1, out.data());
-  return out;
-}
+using testing::logits_of;
 
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
+using testing::max_abs_diff;
 
 std::vector<int32_t> pseudo_text(int64_t n, int32_t lo, int32_t span, uint32_t seed) {
   std::vector<int32_t> ids{2};
