@@ -7,6 +7,7 @@
 
 #include "util/error.h"
 #include "util/half.h"
+#include "util/profile.h"
 
 namespace larql::boundary {
 
@@ -39,6 +40,7 @@ float int8_clip(const float* x, int64_t n) {
 }
 
 std::vector<uint8_t> encode(Codec c, const float* x, int64_t n) {
+  const profile::Scope prof(profile::Stage::Codec);
   std::vector<uint8_t> out(payload_bytes(c, n));
   if (c == Codec::Bf16) {
     for (int64_t i = 0; i < n; ++i) {
@@ -60,6 +62,7 @@ std::vector<uint8_t> encode(Codec c, const float* x, int64_t n) {
 }
 
 void decode(Codec c, const uint8_t* p, size_t bytes, int64_t n, float* out) {
+  const profile::Scope prof(profile::Stage::Codec);
   if (bytes != payload_bytes(c, n))
     throw Error(ErrorKind::Format, std::string("boundary codec ") + codec_name(c) + ": payload of " + std::to_string(bytes) +
                                        " bytes for " + std::to_string(n) + " elements (expected " +

@@ -35,6 +35,8 @@ void register_tokenize(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_engines(CLI::App& app);
+void register_accuracy(CLI::App& app);
+void register_calibrate(CLI::App& app);
 
 /// Peak resident set size of this process, bytes.
 size_t peak_rss_bytes();

@@ -8,6 +8,7 @@
 #include "kv/generate.h"
 #include "kv/registry.h"
 #include "util/error.h"
+#include "util/profile.h"
 
 namespace larql::cli {
 namespace {
@@ -17,10 +18,40 @@ struct RunArgs {
   int64_t n = 128;
   int threads = 0;
   int64_t ctx_size = 0;
-  bool chat = false, json = false, seed_set = false;
+  bool chat = false, json = false, seed_set = false, profile = false;
   std::vector<std::string> stop;
   SamplerParams sampler;
 };
+
+/// Stage times over the whole run (prefill + decode), and per decode step.
+nlohmann::json profile_json(const profile::Totals& t, const GenerateResult& r) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int i = 0; i < profile::kStages; ++i) {
+    const auto s = static_cast<profile::Stage>(i);
+    j[profile::stage_name(s)] = {{"seconds", t.seconds[i]}, {"calls", t.calls[i]}};
+  }
+  j["prefill_seconds"] = r.prefill_seconds;
+  j["decode_seconds"] = r.decode_seconds;
+  j["decode_steps"] = r.decoded;
+  return j;
+}
+
+void print_profile(const profile::Totals& t, const GenerateResult& r) {
+  double total = 0;
+  for (double s : t.seconds) total += s;
+  const double wall = r.prefill_seconds + r.decode_seconds;
+  std::fprintf(stderr, "profile (prefill %.3f s + decode %.3f s over %lld steps):\n", r.prefill_seconds,
+               r.decode_seconds, (long long)r.decoded);
+  std::fprintf(stderr, "  %-10s %10s %7s %12s  %s\n", "stage", "seconds", "share", "ms/step", "what");
+  const double steps = static_cast<double>(std::max<int64_t>(1, r.decoded + 1));
+  for (int i = 0; i < profile::kStages; ++i) {
+    const auto s = static_cast<profile::Stage>(i);
+    std::fprintf(stderr, "  %-10s %10.3f %6.1f%% %12.3f  %s\n", profile::stage_name(s), t.seconds[i],
+                 wall > 0 ? 100.0 * t.seconds[i] / wall : 0.0, 1000.0 * t.seconds[i] / steps, profile::stage_description(s));
+  }
+  std::fprintf(stderr, "  %-10s %10.3f %6.1f%%               sampling, detokenising, engine bookkeeping\n", "other",
+               std::max(0.0, wall - total), wall > 0 ? 100.0 * std::max(0.0, wall - total) / wall : 0.0);
+}
 
 void run(RunArgs& a) {
   validate(a.sampler);
@@ -77,18 +108,23 @@ void run(RunArgs& a) {
       std::fflush(stdout);
     };
   }
+  profile::set_enabled(a.profile);
+  profile::reset();
   GenerateResult r = generate(*engine, *l.forward, l.tokenizer, ids, opt, sink);
+  const profile::Totals prof = profile::totals();
   if (!a.save_state.empty()) engine->save_state(a.save_state);
   if (a.json) {
     nlohmann::json j = {{"prompt_ids", r.prompt_ids}, {"ids", r.ids}, {"text", r.text},
                         {"stop_reason", r.stop_reason}, {"engine", spec.to_string()},
                         {"prefill_tok_s", r.prefill_tok_s()}, {"decode_tok_s", r.decode_tok_s()}};
+    if (a.profile) j["profile"] = profile_json(prof, r);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
     std::fflush(stdout);
     std::fprintf(stderr, "[%zu prompt tokens | prefill %.1f tok/s | %zu generated | decode %.1f tok/s | engine %s]\n",
                  r.prompt_ids.size(), r.prefill_tok_s(), r.ids.size(), r.decode_tok_s(), spec.to_string().c_str());
+    if (a.profile) print_profile(prof, r);
   }
 }
 
@@ -109,6 +145,7 @@ void register_run(CLI::App& app) {
   s->add_option("-c,--ctx-size", a->ctx_size, "context size in tokens (default: the model's)");
   s->add_flag("--json", a->json, "print one JSON object instead of streaming");
   s->add_option("--save-state", a->save_state, "after generating, save the engine's state to this file");
+  s->add_flag("--profile", a->profile, "print time per stage (embed, qkv, attention, ffn, codec, lm_head)");
   s->add_option("--resume", a->resume, "continue a sequence saved with --save-state (same model and engine)");
   s->callback([a] { run(*a); });
 }

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "compute/ops.h"
 #include "quant/quant.h"
 #include "util/error.h"
+#include "util/profile.h"
 
 namespace larql {
 
@@ -24,6 +26,7 @@ std::vector<float>& Forward::buf(int idx, size_t n) {
 }
 
 void Forward::embed(const int32_t* tokens, int64_t n, float* x) {
+  const profile::Scope prof(profile::Stage::Embed);
   const ModelConfig& c = config();
   const TensorView& e = model_->weights().token_embd;
   for (int64_t t = 0; t < n; ++t) {
@@ -38,6 +41,7 @@ void Forward::embed(const int32_t* tokens, int64_t n, float* x) {
 }
 
 void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q, float* k, float* v) {
+  const profile::Scope prof(profile::Stage::Qkv);
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
@@ -59,6 +63,7 @@ void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q,
 }
 
 void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v) {
+  const profile::Scope prof(profile::Stage::Qkv);
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
@@ -74,6 +79,7 @@ void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t po
 }
 
 void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out) {
+  const profile::Scope prof(profile::Stage::Attention);
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const int64_t hd = c.head_dim, kv_dim = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
@@ -114,6 +120,7 @@ void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
   const ModelConfig& c = config();
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
   const int64_t H = c.hidden;
+  std::optional<profile::Scope> prof(std::in_place, profile::Stage::AttnOut);
   auto& o = buf(kO, static_cast<size_t>(n * H));
   compute::matmul(pool_, w.wo, attn, n, o.data());
   for (int64_t t = 0; t < n; ++t) {
@@ -122,6 +129,8 @@ void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
     float* xt = x + t * H;
     for (int64_t i = 0; i < H; ++i) xt[i] += ot[i];
   }
+  prof.reset();
+  const profile::Scope prof_ffn(profile::Stage::Ffn);
   auto& h = buf(kH, static_cast<size_t>(n * H));
   for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * H, w.ffn_norm.data(), h.data() + t * H, H, c.norm_eps);
   auto& gate = buf(kGate, static_cast<size_t>(n * c.ffn));
@@ -171,6 +180,7 @@ void Forward::forward(const int32_t* tokens, int64_t n, KvCache& cache, float* x
 }
 
 void Forward::logits(const float* x, int64_t n, float* logits) {
+  const profile::Scope prof(profile::Stage::LmHead);
   const ModelConfig& c = config();
   const ModelWeights& w = model_->weights();
   auto& h = buf(kH, static_cast<size_t>(n * c.hidden));

@@ -81,9 +81,18 @@ int64_t MarkovRsEngine::hot_lo(int64_t li, int64_t n) const {
   return keep > 0 ? std::max<int64_t>(0, n - keep) : 0;
 }
 
-void MarkovRsEngine::encode_row(const float* x, uint32_t* out) const {
-  const int64_t H = fwd_->config().hidden;
-  switch (codec_) {
+int64_t cold_codec_words(ColdCodec codec, int64_t hidden) {
+  switch (codec) {
+    case ColdCodec::F32: return hidden;
+    case ColdCodec::Bf16: return (hidden + 1) / 2;
+    case ColdCodec::Int8: return 1 + (hidden + 3) / 4;
+  }
+  return hidden;
+}
+
+void encode_cold_row(ColdCodec codec, int64_t H, const float* x, uint32_t* out) {
+  const int64_t words_per_row_ = cold_codec_words(codec, H);
+  switch (codec) {
     case ColdCodec::F32: std::memcpy(out, x, static_cast<size_t>(H) * 4); break;
     case ColdCodec::Bf16: {
       std::fill(out, out + words_per_row_, 0u);
@@ -109,9 +118,8 @@ void MarkovRsEngine::encode_row(const float* x, uint32_t* out) const {
   }
 }
 
-void MarkovRsEngine::decode_row(const uint32_t* in, float* x) const {
-  const int64_t H = fwd_->config().hidden;
-  switch (codec_) {
+void decode_cold_row(ColdCodec codec, int64_t H, const uint32_t* in, float* x) {
+  switch (codec) {
     case ColdCodec::F32: std::memcpy(x, in, static_cast<size_t>(H) * 4); break;
     case ColdCodec::Bf16:
       for (int64_t i = 0; i < H; ++i) x[i] = bf16_to_f32(static_cast<uint16_t>(in[i / 2] >> (16 * (i % 2))));
@@ -125,6 +133,14 @@ void MarkovRsEngine::decode_row(const uint32_t* in, float* x) const {
       break;
     }
   }
+}
+
+void MarkovRsEngine::encode_row(const float* x, uint32_t* out) const {
+  encode_cold_row(codec_, fwd_->config().hidden, x, out);
+}
+
+void MarkovRsEngine::decode_row(const uint32_t* in, float* x) const {
+  decode_cold_row(codec_, fwd_->config().hidden, in, x);
 }
 
 void MarkovRsEngine::settle(std::vector<Layer>& layers, int64_t n) const {

@@ -25,6 +25,13 @@ enum class ColdCodec { F32, Bf16, Int8 };
 /// "f32", "bf16", "int8".
 const char* cold_codec_name(ColdCodec codec);
 
+/// 32-bit words per encoded row of `hidden` elements (shared by markov-rs-codec and
+/// boundary-per-layer).
+int64_t cold_codec_words(ColdCodec codec, int64_t hidden);
+/// Encode one row x [hidden] into out [cold_codec_words] / decode it back (the round trip).
+void encode_cold_row(ColdCodec codec, int64_t hidden, const float* x, uint32_t* out);
+void decode_cold_row(ColdCodec codec, int64_t hidden, const uint32_t* in, float* x);
+
 /// Rows of fixed width at absolute positions [first_pos(), end_pos()); appends at the end and
 /// drops from the front in amortised O(1) per row. Logical rows only are counted in bytes().
 template <class T>
@@ -37,6 +44,7 @@ class RowStore {
   int64_t end_pos() const { return first_ + static_cast<int64_t>(data_.size()) / width_; }
   int64_t rows() const { return end_pos() - first_pos(); }
   const T* at(int64_t pos) const { return data_.data() + (pos - first_) * width_; }
+  T* mut_at(int64_t pos) { return data_.data() + (pos - first_) * width_; }
   size_t bytes() const { return static_cast<size_t>(rows() * width_) * sizeof(T); }
   /// Append n rows [n, width] at end_pos().
   void append(const T* rows, int64_t n) { data_.insert(data_.end(), rows, rows + n * width_); }

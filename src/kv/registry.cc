@@ -7,6 +7,7 @@
 #include "kv/standard.h"
 #include "kv/no_cache.h"
 #include "kv/markov_rs.h"
+#include "kv/calibration.h"
 #include "kv/turbo_quant.h"
 #include "kv/unlimited_context.h"
 #include "kv/boundary_kv.h"
@@ -130,6 +131,18 @@ const std::vector<EngineEntry>& engine_registry() {
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          return std::make_unique<MarkovRsEngine>(std::move(f), s.get_int("window", 0),
                                                  s.get_string("codec", "bf16") == "int8" ? ColdCodec::Int8 : ColdCodec::Bf16);
+       }},
+      {"boundary-per-layer",
+       {"boundary_per_layer", "boundary-pl"},
+       {{"window", KeyType::Int, "", "hot tier (default: the calibration record's window; another value is refused)", {}},
+        {"layers", KeyType::Int, "", "layer count (default: the model's; must equal it)", {}},
+        {"budget", KeyType::Float, "", "KL budget in nats: the record's bound must be <= budget (default: not checked)", {}}},
+       "markov-rs with a per-layer cold-tier codec (f32/bf16/int8) from `larql calibrate` (<model>.bpl.json); cold K/V cached",
+       "end-to-end mean KL vs standard <= the calibration record's bound on held-out text",
+       [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
+         const std::string path = bpl_record_path(f->model().path());
+         const double budget = s.params.count("budget") ? std::stod(s.params.at("budget")) : -1.0;
+         return make_boundary_per_layer(std::move(f), path, s.get_int("window", 0), s.get_int("layers", 0), budget);
        }},
       {"turbo-quant",
        {"turbo_quant", "turboquant", "tq4", "tq3"},

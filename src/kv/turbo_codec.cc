@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/profile.h"
 
 namespace larql::turbo {
 namespace {
@@ -122,6 +123,7 @@ Codec::Codec(int64_t d, int bits) : d_(d), bits_(bits) {
 }
 
 void Codec::encode(const float* x, uint8_t* out) const {
+  const profile::Scope prof(profile::Stage::Codec);
   thread_local std::vector<float> u;
   thread_local std::vector<uint8_t> idx;
   u.resize(static_cast<size_t>(d_));
@@ -142,6 +144,7 @@ void Codec::encode(const float* x, uint8_t* out) const {
 }
 
 void Codec::decode_rotated(const uint8_t* in, float* y) const {
+  const profile::Scope prof(profile::Stage::Codec);
   float norm;
   std::memcpy(&norm, in, 4);
   const uint8_t* p = in + 4;
@@ -166,6 +169,7 @@ void Codec::decode_rotated(const uint8_t* in, float* y) const {
 }
 
 void Codec::decode(const uint8_t* in, float* x) const {
+  const profile::Scope prof(profile::Stage::Codec);
   decode_rotated(in, x);
   rotate(x, d_);
 }

@@ -1,0 +1,277 @@
+#include "kv/boundary_per_layer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "inference/kv_cache.h"
+#include "kv/state_file.h"
+#include "util/error.h"
+
+namespace larql {
+
+BoundaryPerLayerEngine::BoundaryPerLayerEngine(std::shared_ptr<Forward> forward, int64_t window,
+                                               std::vector<ColdCodec> policy)
+    : fwd_(std::move(forward)), window_(std::max<int64_t>(0, window)), policy_(std::move(policy)) {
+  const ModelConfig& c = fwd_->config();
+  std::string why;
+  if (!MarkovRsEngine::residual_is_sufficient(c, &why))
+    throw Error(ErrorKind::BackendUnavailable, "boundary-per-layer: " + why);
+  if (static_cast<int64_t>(policy_.size()) != c.n_layers)
+    throw Error(ErrorKind::InvariantViolation, "boundary-per-layer: policy has " + std::to_string(policy_.size()) +
+                                                   " layers, the model " + std::to_string(c.n_layers));
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+    const int64_t retain = lc.sliding ? std::max<int64_t>(1, lc.window - 1) : 0;
+    int64_t keep = window_;
+    if (retain > 0) keep = keep > 0 ? std::min(keep, retain) : retain;
+    kv_keep_.push_back(keep);
+    retain_.push_back(retain);
+  }
+  for (int64_t li = 0; li < c.n_layers; ++li) layers_.push_back(fresh_layer(li));
+}
+
+BoundaryPerLayerEngine::Layer BoundaryPerLayerEngine::fresh_layer(int64_t li) const {
+  const ModelConfig& c = fwd_->config();
+  return {RowStore<float>(c.kv_dim()), RowStore<float>(c.kv_dim()), RowStore<float>(c.hidden),
+          RowStore<uint32_t>(cold_codec_words(policy_[static_cast<size_t>(li)], c.hidden))};
+}
+
+int64_t BoundaryPerLayerEngine::retain_lo(int64_t li, int64_t n) const {
+  const int64_t retain = retain_[static_cast<size_t>(li)];
+  return retain > 0 ? std::max<int64_t>(0, n - retain) : 0;
+}
+
+int64_t BoundaryPerLayerEngine::hot_lo(int64_t li, int64_t n) const {
+  const int64_t keep = kv_keep_[static_cast<size_t>(li)];
+  return keep > 0 ? std::max<int64_t>(0, n - keep) : 0;
+}
+
+void BoundaryPerLayerEngine::settle(int64_t n, bool rederive) {
+  const ModelConfig& c = fwd_->config();
+  std::vector<uint32_t> enc;
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    Layer& L = layers_[static_cast<size_t>(li)];
+    const ColdCodec codec = policy_[static_cast<size_t>(li)];
+    const int64_t keep_lo = retain_lo(li, n), lo = hot_lo(li, n);
+    L.cold.drop_before(keep_lo);
+    L.k.drop_before(keep_lo);
+    L.v.drop_before(keep_lo);
+    enc.resize(static_cast<size_t>(L.cold.width()));
+    if (L.hot.first_pos() < lo) {
+      for (int64_t pos = std::max(L.hot.first_pos(), keep_lo); pos < lo; ++pos) {
+        if (L.cold.rows() == 0 || L.cold.end_pos() != pos) L.cold.reset_to(pos);
+        encode_cold_row(codec, c.hidden, L.hot.at(pos), enc.data());
+        L.cold.append(enc.data(), 1);
+        if (rederive && codec != ColdCodec::F32) derive_cold(li, pos, pos + 1);
+      }
+      L.hot.drop_before(lo);
+    }
+    if (L.cold.rows() == 0) L.cold.reset_to(L.hot.first_pos());
+  }
+}
+
+void BoundaryPerLayerEngine::derive_cold(int64_t li, int64_t a, int64_t b) {
+  const ModelConfig& c = fwd_->config();
+  Layer& L = layers_[static_cast<size_t>(li)];
+  const ColdCodec codec = policy_[static_cast<size_t>(li)];
+  for (int64_t off = a; off < b; off += Forward::kChunk) {
+    const int64_t m = std::min(Forward::kChunk, b - off);
+    row_.resize(static_cast<size_t>(m * c.hidden));
+    for (int64_t j = 0; j < m; ++j) decode_cold_row(codec, c.hidden, L.cold.at(off + j), row_.data() + j * c.hidden);
+    if (L.k.first_pos() > off || L.k.end_pos() < off + m)
+      throw Error(ErrorKind::BackendFailure, "boundary-per-layer: layer " + std::to_string(li) +
+                                                 " has no K/V rows for cold positions [" + std::to_string(off) + ", " +
+                                                 std::to_string(off + m) + ")");
+    fwd_->kv_from_residual(li, row_.data(), m, off, L.k.mut_at(off), L.v.mut_at(off));
+  }
+}
+
+void BoundaryPerLayerEngine::set_layer_codec(int64_t li, ColdCodec codec) {
+  const ModelConfig& c = fwd_->config();
+  Layer& L = layers_[static_cast<size_t>(li)];
+  const ColdCodec old = policy_[static_cast<size_t>(li)];
+  RowStore<uint32_t> cold(cold_codec_words(codec, c.hidden));
+  cold.reset_to(L.cold.first_pos());
+  std::vector<float> x(static_cast<size_t>(c.hidden));
+  std::vector<uint32_t> enc(static_cast<size_t>(cold.width()));
+  for (int64_t pos = L.cold.first_pos(); pos < L.cold.end_pos(); ++pos) {
+    decode_cold_row(old, c.hidden, L.cold.at(pos), x.data());
+    encode_cold_row(codec, c.hidden, x.data(), enc.data());
+    cold.append(enc.data(), 1);
+  }
+  L.cold = std::move(cold);
+  policy_[static_cast<size_t>(li)] = codec;
+  if (L.cold.rows() > 0) derive_cold(li, L.cold.first_pos(), L.cold.end_pos());
+}
+
+std::vector<float> BoundaryPerLayerEngine::prefill(const std::vector<int32_t>& tokens) {
+  const ModelConfig& c = fwd_->config();
+  if (tokens.empty()) throw Error(ErrorKind::EmptyPrompt, "prefill: the prompt has no tokens");
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n > c.context_length)
+    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(n) + " tokens exceeds the context length of " +
+                                                std::to_string(c.context_length));
+  started_ = false;
+  n_past_ = 0;
+  layers_.clear();
+  for (int64_t li = 0; li < c.n_layers; ++li) layers_.push_back(fresh_layer(li));
+  // Full precision, exactly like standard's forward; residuals recorded per layer, tiers settled
+  // per chunk (no K/V yet).
+  KvCache tmp(c, 0);
+  std::vector<float> x;
+  for (int64_t off = 0; off < n; off += Forward::kChunk) {
+    const int64_t m = std::min(Forward::kChunk, n - off);
+    x.assign(static_cast<size_t>(m * c.hidden), 0.0f);
+    fwd_->embed(tokens.data() + off, m, x.data());
+    for (int64_t li = 0; li < c.n_layers; ++li) {
+      layers_[static_cast<size_t>(li)].hot.append(x.data(), m);
+      fwd_->layer(li, x.data(), m, off, tmp.layer(li));
+    }
+    settle(off + m, false);
+  }
+  // K/V: cold rows derived once from the round-tripped residuals; hot rows from the prompt's K/V.
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    Layer& L = layers_[static_cast<size_t>(li)];
+    const LayerKv& t = tmp.layer(li);
+    const int64_t cold_first = L.cold.first_pos(), hot_first = L.hot.first_pos(), rows = n - hot_first;
+    if (hot_first < t.first_pos())
+      throw Error(ErrorKind::BackendFailure, "boundary-per-layer: prefill K/V of layer " + std::to_string(li) +
+                                                 " start at " + std::to_string(t.first_pos()) + ", hot tier at " +
+                                                 std::to_string(hot_first));
+    L.k.reset_to(cold_first);
+    L.v.reset_to(cold_first);
+    std::vector<float> zeros(static_cast<size_t>((hot_first - cold_first) * c.kv_dim()), 0.0f);
+    L.k.append(zeros.data(), hot_first - cold_first);
+    L.v.append(zeros.data(), hot_first - cold_first);
+    if (rows > 0) {
+      L.k.append(t.k_at(hot_first), rows);
+      L.v.append(t.v_at(hot_first), rows);
+    }
+    if (hot_first > cold_first) derive_cold(li, cold_first, hot_first);
+  }
+  n_past_ = n;
+  started_ = true;
+  return std::vector<float>(x.end() - c.hidden, x.end());
+}
+
+std::vector<float> BoundaryPerLayerEngine::decode_step(int32_t token) {
+  const ModelConfig& c = fwd_->config();
+  if (!started_) throw Error(ErrorKind::InvariantViolation, "decode_step before prefill");
+  const int64_t p = n_past_;
+  if (p + 1 > c.context_length)
+    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(p + 1) + " tokens exceeds the context length of " +
+                                                std::to_string(c.context_length));
+  x_.resize(static_cast<size_t>(c.hidden));
+  q_.resize(static_cast<size_t>(c.q_dim()));
+  attn_.resize(static_cast<size_t>(c.q_dim()));
+  k_.resize(static_cast<size_t>(c.kv_dim()));
+  v_.resize(static_cast<size_t>(c.kv_dim()));
+  fwd_->embed(&token, 1, x_.data());
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    Layer& L = layers_[static_cast<size_t>(li)];
+    const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+    L.hot.append(x_.data(), 1);
+    fwd_->qkv(li, x_.data(), 1, p, q_.data(), k_.data(), v_.data());
+    L.k.append(k_.data(), 1);
+    L.v.append(v_.data(), 1);
+    const int64_t lo = lc.sliding ? std::max<int64_t>(0, p - lc.window + 1) : 0;
+    if (L.k.first_pos() > lo || L.k.end_pos() != p + 1)
+      throw Error(ErrorKind::BackendFailure, "boundary-per-layer: layer " + std::to_string(li) + " needs K/V [" +
+                                                 std::to_string(lo) + ", " + std::to_string(p + 1) + ") but holds [" +
+                                                 std::to_string(L.k.first_pos()) + ", " + std::to_string(L.k.end_pos()) + ")");
+    const KvSpan span{L.k.at(lo), L.v.at(lo), lo, p + 1 - lo};
+    fwd_->attend(li, q_.data(), 1, p, span, attn_.data());
+    fwd_->finish_layer(li, attn_.data(), 1, x_.data());
+  }
+  n_past_ = p + 1;
+  settle(n_past_, true);
+  return x_;
+}
+
+EngineInfo BoundaryPerLayerEngine::info() const {
+  std::string cfg = window_ > 0 ? "window=" + std::to_string(window_) + "," : "";
+  cfg += "policy=";
+  for (ColdCodec cc : policy_) cfg += cc == ColdCodec::F32 ? 'f' : cc == ColdCodec::Bf16 ? 'b' : 'i';
+  if (!note_.empty()) cfg += "," + note_;
+  return {"boundary-per-layer", "cpu", cfg};
+}
+
+EngineMemory BoundaryPerLayerEngine::memory() const {
+  EngineMemory m;
+  for (const Layer& L : layers_) {
+    m.hot_bytes += L.k.bytes() + L.v.bytes() + L.hot.bytes();
+    m.cold_bytes += L.cold.bytes();
+  }
+  m.window_tokens = window_;
+  return m;
+}
+
+void BoundaryPerLayerEngine::save_state(const std::string& path) const {
+  if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
+  StateWriter w(path, {"boundary-per-layer", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_)});
+  for (const Layer& L : layers_) {
+    w.u64(static_cast<uint64_t>(L.cold.first_pos()));
+    w.u64(static_cast<uint64_t>(L.cold.rows()));
+    if (L.cold.rows() > 0)
+      w.floats(reinterpret_cast<const float*>(L.cold.at(L.cold.first_pos())), static_cast<size_t>(L.cold.rows() * L.cold.width()));
+    w.u64(static_cast<uint64_t>(L.hot.first_pos()));
+    w.u64(static_cast<uint64_t>(L.hot.rows()));
+    if (L.hot.rows() > 0) w.floats(L.hot.at(L.hot.first_pos()), static_cast<size_t>(L.hot.rows() * L.hot.width()));
+  }
+  w.close();
+}
+
+void BoundaryPerLayerEngine::load_state(const std::string& path) {
+  const ModelConfig& c = fwd_->config();
+  StateReader r(path);
+  const StateHeader h = r.header("boundary-per-layer", fwd_->model().fingerprint(), info().config);
+  if (h.n_past == 0 || h.n_past > static_cast<uint64_t>(c.context_length))
+    throw Error(ErrorKind::Format, path + ": n_past " + std::to_string(h.n_past) + " is out of range");
+  const int64_t n = static_cast<int64_t>(h.n_past);
+  std::vector<Layer> layers;
+  for (int64_t li = 0; li < c.n_layers; ++li) layers.push_back(fresh_layer(li));
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    Layer& L = layers[static_cast<size_t>(li)];
+    const int64_t want_cold = retain_lo(li, n), want_hot = hot_lo(li, n);
+    const uint64_t cold_first = r.u64(), cold_rows = r.u64();
+    if (cold_first != static_cast<uint64_t>(want_cold) || cold_first + cold_rows != static_cast<uint64_t>(want_hot))
+      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(li) + " cold rows do not match the tiers at n_past " +
+                                         std::to_string(n));
+    std::vector<uint32_t> words(static_cast<size_t>(cold_rows * static_cast<uint64_t>(L.cold.width())));
+    r.floats(reinterpret_cast<float*>(words.data()), words.size());
+    L.cold.reset_to(want_cold);
+    L.cold.append(words.data(), static_cast<int64_t>(cold_rows));
+    const uint64_t hot_first = r.u64(), hot_rows = r.u64();
+    if (hot_first != static_cast<uint64_t>(want_hot) || hot_first + hot_rows != h.n_past)
+      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(li) + " hot rows do not end at n_past");
+    std::vector<float> res(static_cast<size_t>(hot_rows * static_cast<uint64_t>(c.hidden)));
+    r.floats(res.data(), res.size());
+    L.hot.reset_to(want_hot);
+    L.hot.append(res.data(), static_cast<int64_t>(hot_rows));
+    // K/V (derivative): cold rows from the round-tripped residuals, hot rows from the residuals.
+    const int64_t total = n - want_cold;
+    std::vector<float> k(static_cast<size_t>(total * c.kv_dim())), v(k.size());
+    for (int64_t off = 0; off < total; off += Forward::kChunk) {
+      const int64_t m = std::min(Forward::kChunk, total - off);
+      std::vector<float> xs(static_cast<size_t>(m * c.hidden));
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t pos = want_cold + off + j;
+        if (pos < want_hot)
+          decode_cold_row(policy_[static_cast<size_t>(li)], c.hidden, L.cold.at(pos), xs.data() + j * c.hidden);
+        else
+          std::memcpy(xs.data() + j * c.hidden, L.hot.at(pos), static_cast<size_t>(c.hidden) * sizeof(float));
+      }
+      fwd_->kv_from_residual(li, xs.data(), m, want_cold + off, k.data() + off * c.kv_dim(), v.data() + off * c.kv_dim());
+    }
+    L.k.reset_to(want_cold);
+    L.v.reset_to(want_cold);
+    L.k.append(k.data(), total);
+    L.v.append(v.data(), total);
+  }
+  r.expect_end();
+  layers_ = std::move(layers);
+  n_past_ = n;
+  started_ = true;
+}
+
+}  // namespace larql
