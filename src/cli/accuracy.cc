@@ -102,7 +102,7 @@ void register_accuracy(CLI::App& app) {
   s->add_option("--corpus", a->corpus, "parametric, in-context, conflict or all")->capture_default_str();
   s->add_flag("--quick", a->quick, "a smoke run: every 4th fact/conflict item, needles at 512 and 1k only");
   s->add_option("--data", a->data, "directory with parametric.jsonl and conflict.jsonl (default: data/accuracy)");
-  s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  add_threads_flag(s, a->threads);
   s->add_flag("--json", a->json, "one JSON object");
   s->callback([a] { run(*a); });
 }

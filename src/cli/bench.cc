@@ -190,7 +190,7 @@ void register_bench(CLI::App& app) {
   s->add_option("--engines,--engine", a->engines, "engine specs, split on ';' (see `larql engines`)")->capture_default_str();
   s->add_option("--prompt-tokens", a->prompt_tokens, "prompt length for prefill")->capture_default_str();
   s->add_option("--decode-tokens", a->decode_tokens, "tokens to decode")->capture_default_str();
-  s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  add_threads_flag(s, a->threads);
   s->add_flag("--json", a->json, "one JSON object");
   s->callback([a] { run(*a); });
 }

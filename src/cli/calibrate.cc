@@ -87,7 +87,7 @@ void register_calibrate(CLI::App& app) {
   s->add_option("--tokens", a->tokens, "corpus tokens used (BOS first; the text repeats if shorter)")->capture_default_str();
   s->add_option("--steps", a->steps, "teacher-forced decode steps measured per layer and codec")->capture_default_str();
   s->add_option("-o,--output", a->out, "record path (default: <model>.bpl.json, or $LARQL_BPL_RECORD)");
-  s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  add_threads_flag(s, a->threads);
   s->callback([a] { run(*a); });
 }
 

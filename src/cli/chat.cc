@@ -69,7 +69,7 @@ void register_chat(CLI::App& app) {
   add_sampler_flags(s, a->sampler, a->seed_set);
   s->add_option("--engine", a->engine, "KV engine spec (default: $LARQL_ENGINE or standard)");
   s->add_option("--system", a->system, "system prompt");
-  s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  add_threads_flag(s, a->threads);
   s->callback([a] { run(*a); });
 }
 

@@ -24,6 +24,12 @@ struct Loaded {
 /// Resolve, load and bind to `threads` threads (<= 0: all cores).
 Loaded load(const std::string& model, int threads);
 
+/// Adds -t/--threads (1..1024; unset = all cores).
+void add_threads_flag(CLI::App* app, int& threads);
+
+/// Read a whole text file; Error{NotFound}/Error{Io} naming it (a directory is an error).
+std::string read_text_file(const std::string& path);
+
 /// Adds -n/--temperature/--top-k/--top-p/--min-p/--repeat-penalty/--seed to a subcommand.
 void add_sampler_flags(CLI::App* app, SamplerParams& p, bool& seed_set);
 

@@ -50,13 +50,13 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const larql::Error& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "\nerror: out of memory\n");
+    std::fprintf(stderr, "error: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\nerror: internal: %s\n", e.what());
+    std::fprintf(stderr, "error: internal: %s\n", e.what());
     return 1;
   }
   return 0;

@@ -47,13 +47,10 @@ class NpyWriter {
 };
 
 void run(const PplArgs& a) {
-  std::ifstream in(a.file, std::ios::binary);
-  if (!in) throw Error(ErrorKind::NotFound, a.file + ": cannot open text file");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(a.file);
   Loaded l = load(a.model, a.threads);
   const ModelConfig& c = l.model->config();
-  auto ids = l.tokenizer.encode(ss.str(), l.tokenizer.add_bos(), /*parse_special=*/false);
+  auto ids = l.tokenizer.encode(text, l.tokenizer.add_bos(), /*parse_special=*/false);
   if (a.max_tokens < 0) throw Error(ErrorKind::InvalidArgument, "--max-tokens must be >= 0");
   if (a.max_tokens > 0 && static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(static_cast<size_t>(a.max_tokens));
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -109,7 +106,7 @@ void register_perplexity(CLI::App& app) {
   s->add_option("file", a->file, "UTF-8 text file")->required();
   s->add_option("--max-tokens", a->max_tokens, "score only the first N tokens (BOS included)");
   s->add_option("--logits-out", a->logits_out, "write logits [positions, vocab] f32 to this .npy");
-  s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  add_threads_flag(s, a->threads);
   s->add_flag("--json", a->json, "print {tokens, ids, nll_mean, perplexity} as JSON");
   s->callback([a] { run(*a); });
 }

@@ -1,6 +1,7 @@
 // `larql run MODEL "prompt"`: generate a continuation, streaming tokens to stdout.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -64,17 +65,21 @@ void run(RunArgs& a) {
   if (!a.seed_set) a.sampler.seed = std::random_device{}();
   std::string prompt = a.prompt;
   if (!a.prompt_file.empty()) {
-    FILE* f = std::fopen(a.prompt_file.c_str(), "rb");
-    if (!f) throw Error(ErrorKind::NotFound, a.prompt_file + ": cannot open prompt file");
-    char buf[65536];
-    size_t got;
-    prompt.clear();
-    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) prompt.append(buf, got);
-    std::fclose(f);
+    if (!a.prompt.empty()) throw Error(ErrorKind::InvalidArgument, "give the prompt as text or with -f FILE, not both");
+    prompt = read_text_file(a.prompt_file);
   }
+  for (const auto& s : a.stop)
+    if (s.empty()) throw Error(ErrorKind::InvalidArgument, "--stop needs a non-empty string");
+  if (!a.save_state.empty()) {
+    const auto parent = std::filesystem::absolute(a.save_state).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(parent, ec))
+      throw Error(ErrorKind::NotFound, "--save-state " + a.save_state + ": directory " + parent.string() + " does not exist");
+  }
+  const std::string user_prompt = prompt;
   Loaded l = load(a.model, a.threads);
   const int64_t model_ctx = l.model->config().context_length;
-  if (a.ctx_size < 0 || a.ctx_size > model_ctx)
+  if (a.ctx_size > model_ctx)
     throw Error(ErrorKind::InvalidArgument, "--ctx-size must be in [1, " + std::to_string(model_ctx) + "]");
   const int64_t ctx = a.ctx_size > 0 ? a.ctx_size : model_ctx;
   if (a.chat) prompt = apply_gemma_chat_template({{"user", prompt}}, true);
@@ -101,7 +106,7 @@ void run(RunArgs& a) {
   opt.stop_strings = a.stop;
   std::function<void(std::string_view)> sink;
   if (!a.json) {
-    std::fputs(prompt.c_str(), stdout);
+    std::fputs(a.chat ? (user_prompt + "\n").c_str() : prompt.c_str(), stdout);
     std::fflush(stdout);
     sink = [](std::string_view s) {
       std::fwrite(s.data(), 1, s.size(), stdout);
@@ -141,8 +146,9 @@ void register_run(CLI::App& app) {
   s->add_option("--engine", a->engine, "KV engine spec (default: $LARQL_ENGINE or standard); see `larql engines`");
   s->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   s->add_option("--stop", a->stop, "stop before this string (repeatable)");
-  s->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
-  s->add_option("-c,--ctx-size", a->ctx_size, "context size in tokens (default: the model's)");
+  add_threads_flag(s, a->threads);
+  s->add_option("-c,--ctx-size", a->ctx_size, "context size in tokens (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   s->add_flag("--json", a->json, "print one JSON object instead of streaming");
   s->add_option("--save-state", a->save_state, "after generating, save the engine's state to this file");
   s->add_flag("--profile", a->profile, "print time per stage (embed, qkv, attention, ffn, codec, lm_head)");

@@ -83,6 +83,8 @@ class GgufFile {
   size_t data_offset() const { return data_offset_; }  ///< bytes from file start to tensor data
   const std::string& path() const { return path_; }
   size_t file_size() const { return size_; }
+  /// The file's bytes [file_size()] (the mapping, or the parsed copy).
+  const uint8_t* bytes() const { return base_; }
 
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   const GgufValue* find(const std::string& key) const;

@@ -94,9 +94,9 @@ std::shared_ptr<Model> Model::load(const std::string& path) {
       l.post_ffn_norm = load_vector(f, b + "post_ffw_norm.weight", c.hidden);
     }
   }
-  // Fingerprint: the tensor table (names, types, shapes, offsets), the first KiB of every
+  // Fingerprint: the whole header (metadata, vocabulary, tensor table), the first KiB of every
   // tensor's data and the file size — cheap, and different for any re-quantised or edited file.
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = fnv1a(f.bytes(), std::min(f.data_offset(), f.file_size()));
   for (const GgufTensor& t : f.tensors()) {
     h = fnv1a(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size(), h);
     const uint64_t meta[3] = {static_cast<uint64_t>(t.type), t.offset, t.n_elements()};

@@ -5,6 +5,8 @@ stderr has a line starting with `error:` that names the problem, and no crash ma
 """
 from __future__ import annotations
 
+import subprocess
+
 
 import pytest
 
@@ -115,3 +117,25 @@ def test_perplexity_missing_text_file(model_path, tmp_path):
     proc = _run(["perplexity", model_path, tmp_path / "missing.txt", "--json"])
     _check_error(proc, "missing.txt", "no such file", "not found", "cannot open",
                  what="missing text file")
+
+
+# Found by trying the CLI as a new user: each must be a clear error, not a hang or a silent default.
+@pytest.mark.parametrize("args, needle", [
+    (["--threads", "0"], "--threads"),
+    (["--threads", "100000"], "--threads"),
+    (["-c", "0"], "--ctx-size"),
+    (["--stop", ""], "--stop"),
+    (["--seed", "-1"], "--seed"),
+    (["--save-state", "/nonexistent-dir/x"], "does not exist"),
+])
+def test_run_rejects_bad_values(larql_bin, model_path, args, needle):
+    p = subprocess.run([str(larql_bin), "run", str(model_path), "hello", "-n", "2", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert 0 < p.returncode < 128, p.stderr
+    assert "error:" in p.stderr and needle in p.stderr, p.stderr
+
+
+def test_run_prompt_file_that_is_a_directory(larql_bin, model_path, tmp_path):
+    p = subprocess.run([str(larql_bin), "run", str(model_path), "-f", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert 0 < p.returncode < 128 and "directory" in p.stderr, p.stderr
