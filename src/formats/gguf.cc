@@ -20,7 +20,6 @@ namespace larql {
 namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr int kMaxArrayDepth = 8;        // nesting limit for arrays of arrays
 constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
 constexpr uint64_t kMaxKeyLength = 65535;  // spec: keys are at most 2^16-1 bytes

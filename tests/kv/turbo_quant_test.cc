@@ -200,10 +200,14 @@ TEST(TurboCodec, LloydMaxMatchesPublished) {
       if (i > 0) EXPECT_LT(cb.levels[i - 1], cb.levels[i]) << "increasing " << i;
       if (i + 1 < n) EXPECT_DOUBLE_EQ(cb.boundaries[i], 0.5 * (cb.levels[i] + cb.levels[i + 1]));
     }
-    for (size_t i = 0; i < pub.size(); ++i) EXPECT_NEAR(cb.levels[n / 2 + i], pub[i], 6e-4) << bits << " bits, level " << i;
+    for (size_t i = 0; i < pub.size(); ++i) {
+      EXPECT_NEAR(cb.levels[n / 2 + i], pub[i], 6e-4) << bits << " bits, level " << i;
+    }
     // The codec's levels are these scaled to N(0, 1/D).
     const turbo::Codec codec(256, bits);
-    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(codec.levels()[i], cb.levels[i] / 16, 1e-7);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(codec.levels()[i], cb.levels[i] / 16, 1e-7);
+    }
     EXPECT_EQ(codec.bytes_per_vector(), bits == 4 ? 132u : 100u);
   }
   EXPECT_THROW(turbo::Codec(256, 5), Error);
