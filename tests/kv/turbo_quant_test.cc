@@ -197,8 +197,12 @@ TEST(TurboCodec, LloydMaxMatchesPublished) {
     EXPECT_NEAR(dist, bits == 3 ? 0.03454 : 0.009497, 2e-5);  // Max (1960), table I
     for (size_t i = 0; i < n; ++i) {
       EXPECT_NEAR(cb.levels[i], -cb.levels[n - 1 - i], 1e-9) << "symmetric " << i;
-      if (i > 0) EXPECT_LT(cb.levels[i - 1], cb.levels[i]) << "increasing " << i;
-      if (i + 1 < n) EXPECT_DOUBLE_EQ(cb.boundaries[i], 0.5 * (cb.levels[i] + cb.levels[i + 1]));
+      if (i > 0) {
+        EXPECT_LT(cb.levels[i - 1], cb.levels[i]) << "increasing " << i;
+      }
+      if (i + 1 < n) {
+        EXPECT_DOUBLE_EQ(cb.boundaries[i], 0.5 * (cb.levels[i] + cb.levels[i + 1]));
+      }
     }
     for (size_t i = 0; i < pub.size(); ++i) {
       EXPECT_NEAR(cb.levels[n / 2 + i], pub[i], 6e-4) << bits << " bits, level " << i;
