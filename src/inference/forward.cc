@@ -40,42 +40,45 @@ void Forward::embed(const int32_t* tokens, int64_t n, float* x) {
   }
 }
 
-void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q, float* k, float* v) {
-  const profile::Scope prof(profile::Stage::Qkv);
+const float* Forward::attn_input(int64_t li, const float* x, int64_t n) {
   const ModelConfig& c = config();
-  const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
   auto& h = buf(kH, static_cast<size_t>(n * c.hidden));
   for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * c.hidden, w.attn_norm.data(), h.data() + t * c.hidden, c.hidden, c.norm_eps);
-  compute::matmul(pool_, w.wq, h.data(), n, q);
-  compute::matmul(pool_, w.wk, h.data(), n, k);
-  compute::matmul(pool_, w.wv, h.data(), n, v);
-  for (int64_t t = 0; t < n; ++t) {
-    float* qt = q + t * c.q_dim();
-    float* kt = k + t * c.kv_dim();
-    if (c.qk_norm) {
-      compute::rmsnorm_rows(qt, w.q_norm.data(), c.n_heads, c.head_dim, c.norm_eps);
-      compute::rmsnorm_rows(kt, w.k_norm.data(), c.n_kv_heads, c.head_dim, c.norm_eps);
-    }
-    compute::rope_neox(qt, c.n_heads, c.head_dim, pos0 + t, lc.rope_base, lc.rope_freq_scale);
-    compute::rope_neox(kt, c.n_kv_heads, c.head_dim, pos0 + t, lc.rope_base, lc.rope_freq_scale);
-  }
+  return h.data();
 }
 
-void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v) {
-  const profile::Scope prof(profile::Stage::Qkv);
+void Forward::project_kv(int64_t li, const float* h, int64_t n, int64_t pos0, float* k, float* v) {
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
-  auto& h = buf(kH, static_cast<size_t>(n * c.hidden));
-  for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * c.hidden, w.attn_norm.data(), h.data() + t * c.hidden, c.hidden, c.norm_eps);
-  compute::matmul(pool_, w.wk, h.data(), n, k);
-  compute::matmul(pool_, w.wv, h.data(), n, v);
+  compute::matmul(pool_, w.wk, h, n, k);
+  compute::matmul(pool_, w.wv, h, n, v);
   for (int64_t t = 0; t < n; ++t) {
     float* kt = k + t * c.kv_dim();
     if (c.qk_norm) compute::rmsnorm_rows(kt, w.k_norm.data(), c.n_kv_heads, c.head_dim, c.norm_eps);
     compute::rope_neox(kt, c.n_kv_heads, c.head_dim, pos0 + t, lc.rope_base, lc.rope_freq_scale);
   }
+}
+
+void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q, float* k, float* v) {
+  const profile::Scope prof(profile::Stage::Qkv);
+  const ModelConfig& c = config();
+  const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+  const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
+  const float* h = attn_input(li, x, n);
+  compute::matmul(pool_, w.wq, h, n, q);
+  project_kv(li, h, n, pos0, k, v);
+  for (int64_t t = 0; t < n; ++t) {
+    float* qt = q + t * c.q_dim();
+    if (c.qk_norm) compute::rmsnorm_rows(qt, w.q_norm.data(), c.n_heads, c.head_dim, c.norm_eps);
+    compute::rope_neox(qt, c.n_heads, c.head_dim, pos0 + t, lc.rope_base, lc.rope_freq_scale);
+  }
+}
+
+void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v) {
+  const profile::Scope prof(profile::Stage::Qkv);
+  project_kv(li, attn_input(li, x, n), n, pos0, k, v);
 }
 
 void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out) {

@@ -77,6 +77,10 @@ class Forward {
 
  private:
   std::vector<float>& buf(int idx, size_t n);
+  /// attn_norm(x) for n rows, into scratch; valid until the next call.
+  const float* attn_input(int64_t layer, const float* x, int64_t n);
+  /// k, v [n, kv_dim] from normed rows h: projections, k-norm, RoPE.
+  void project_kv(int64_t layer, const float* h, int64_t n, int64_t pos0, float* k, float* v);
 
   std::shared_ptr<const Model> model_;
   ThreadPool pool_;
