@@ -76,9 +76,7 @@ void BoundaryKvEngine::emit(boundary::FrameKind kind, const float* residual) {
 std::vector<float> BoundaryKvEngine::run(const int32_t* tokens, int64_t n) {
   const ModelConfig& c = fwd_->config();
   const int64_t pos0 = cache_.n_past();
-  if (pos0 + n > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(pos0 + n) + " tokens exceeds the context length of " +
-                                                std::to_string(c.context_length));
+  check_context(pos0 + n, c);
   std::vector<float> x(static_cast<size_t>(n * c.hidden));
   fwd_->forward(tokens, n, cache_, x.data());
   for (int64_t i = 0; i < n; ++i) {

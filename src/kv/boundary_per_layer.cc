@@ -108,9 +108,7 @@ std::vector<float> BoundaryPerLayerEngine::prefill(const std::vector<int32_t>& t
   const ModelConfig& c = fwd_->config();
   if (tokens.empty()) throw Error(ErrorKind::EmptyPrompt, "prefill: the prompt has no tokens");
   const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(n) + " tokens exceeds the context length of " +
-                                                std::to_string(c.context_length));
+  check_context(n, c);
   started_ = false;
   n_past_ = 0;
   layers_.clear();
@@ -158,9 +156,7 @@ std::vector<float> BoundaryPerLayerEngine::decode_step(int32_t token) {
   const ModelConfig& c = fwd_->config();
   if (!started_) throw Error(ErrorKind::InvariantViolation, "decode_step before prefill");
   const int64_t p = n_past_;
-  if (p + 1 > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(p + 1) + " tokens exceeds the context length of " +
-                                                std::to_string(c.context_length));
+  check_context(p + 1, c);
   x_.resize(static_cast<size_t>(c.hidden));
   q_.resize(static_cast<size_t>(c.q_dim()));
   attn_.resize(static_cast<size_t>(c.q_dim()));

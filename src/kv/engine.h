@@ -9,6 +9,12 @@
 
 namespace larql {
 
+struct ModelConfig;
+
+/// Every engine's context guard: Error{ContextOverflow} when a sequence of `tokens` tokens
+/// would not fit the model's context length.
+void check_context(int64_t tokens, const ModelConfig& config);
+
 struct EngineInfo {
   std::string name;     ///< canonical name, e.g. "standard"
   std::string backend;  ///< "cpu"

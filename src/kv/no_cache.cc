@@ -11,9 +11,7 @@ NoCacheEngine::NoCacheEngine(std::shared_ptr<Forward> forward) : fwd_(std::move(
 std::vector<float> NoCacheEngine::run(const std::vector<int32_t>& tokens) {
   const ModelConfig& c = fwd_->config();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(n) + " tokens exceeds the context length of " +
-                                                std::to_string(c.context_length));
+  check_context(n, c);
   KvCache cache(c, 0);  // fresh every call: no state survives between steps
   std::vector<float> x(static_cast<size_t>(n * c.hidden));
   fwd_->forward(tokens.data(), n, cache, x.data());

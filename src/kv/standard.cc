@@ -10,10 +10,7 @@ StandardEngine::StandardEngine(std::shared_ptr<Forward> forward, int64_t window)
 
 std::vector<float> StandardEngine::run(const int32_t* tokens, int64_t n) {
   const ModelConfig& c = fwd_->config();
-  if (cache_.n_past() + n > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(cache_.n_past() + n) +
-                                                " tokens exceeds the context length of " +
-                                                std::to_string(c.context_length));
+  check_context(cache_.n_past() + n, c);
   std::vector<float> x(static_cast<size_t>(n * c.hidden));
   fwd_->forward(tokens, n, cache_, x.data());
   return std::vector<float>(x.end() - c.hidden, x.end());

@@ -127,9 +127,7 @@ void TurboQuantEngine::layer_step(int64_t li, float* x, int64_t n, int64_t pos0)
 
 std::vector<float> TurboQuantEngine::run(const int32_t* tokens, int64_t n) {
   const ModelConfig& c = fwd_->config();
-  if (n_past_ + n > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(n_past_ + n) +
-                                                " tokens exceeds the context length of " + std::to_string(c.context_length));
+  check_context(n_past_ + n, c);
   std::vector<float> x(static_cast<size_t>(std::min(n, Forward::kChunk) * c.hidden));
   std::vector<float> last(static_cast<size_t>(c.hidden));
   for (int64_t off = 0; off < n; off += Forward::kChunk) {

@@ -54,9 +54,7 @@ void UnlimitedContextEngine::close_window() {
 
 std::vector<float> UnlimitedContextEngine::process(const int32_t* tokens, int64_t n) {
   const ModelConfig& c = fwd_->config();
-  if (n_past() + n > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "sequence of " + std::to_string(n_past() + n) +
-                                                " tokens exceeds the context length of " + std::to_string(c.context_length));
+  check_context(n_past() + n, c);
   std::vector<float> x;
   while (n > 0) {
     if (cur_len_ == window_) close_window();
