@@ -43,6 +43,7 @@ void register_bench(CLI::App& app);
 void register_engines(CLI::App& app);
 void register_accuracy(CLI::App& app);
 void register_calibrate(CLI::App& app);
+void register_apollo(CLI::App& app);
 
 /// Peak resident set size of this process, bytes.
 size_t peak_rss_bytes();

@@ -23,6 +23,7 @@ StateWriter::StateWriter(const std::string& path, const StateHeader& h) : path_(
 void StateWriter::raw(const void* p, size_t n) { out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); }
 void StateWriter::u64(uint64_t v) { raw(&v, 8); }
 void StateWriter::floats(const float* p, size_t n) { raw(p, n * sizeof(float)); }
+void StateWriter::u32s(const uint32_t* p, size_t n) { raw(p, n * sizeof(uint32_t)); }
 void StateWriter::close() {
   out_.flush();
   if (!out_) throw Error(ErrorKind::Io, path_ + ": write failed (disk full?)");
@@ -93,6 +94,12 @@ void StateReader::floats(float* p, size_t n) {
   if (n > (data_.size() - pos_) / sizeof(float))
     throw Error(ErrorKind::Format, path_ + ": state file truncated at byte " + std::to_string(pos_));
   raw(p, n * sizeof(float));
+}
+
+void StateReader::u32s(uint32_t* p, size_t n) {
+  if (n > (data_.size() - pos_) / sizeof(uint32_t))
+    throw Error(ErrorKind::Format, path_ + ": file truncated at byte " + std::to_string(pos_));
+  raw(p, n * sizeof(uint32_t));
 }
 
 void StateReader::expect_end() {

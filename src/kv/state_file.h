@@ -28,6 +28,7 @@ class StateWriter {
   StateWriter(const std::string& path, const StateHeader& h);
   void u64(uint64_t v);
   void floats(const float* p, size_t n);
+  void u32s(const uint32_t* p, size_t n);
   void close();
 
  private:
@@ -47,6 +48,9 @@ class StateReader {
                      const std::string& expect_config);
   uint64_t u64();
   void floats(float* p, size_t n);
+  void u32s(uint32_t* p, size_t n);
+  /// Bytes not read yet (to bound a count before allocating for it).
+  size_t remaining() const { return data_.size() - pos_; }
   void expect_end();
   const std::string& path() const { return path_; }
 

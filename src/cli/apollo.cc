@@ -1,0 +1,172 @@
+// `larql apollo build DOCUMENT -o STORE`: cut a document into token windows and write the
+// retrieval store the `apollo` engine serves (`--engine apollo:store=STORE`).
+// `larql apollo eval DOCUMENT QUESTIONS [--store STORE]`: apollo's task-level contract — QA
+// answer accuracy against the standard engine with the whole document in context.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "accuracy/apollo_qa.h"
+#include "cli/common.h"
+#include "cli/progress.h"
+#include "kv/apollo/engine.h"
+#include "kv/apollo/store.h"
+#include "util/error.h"
+
+namespace larql::cli {
+namespace {
+
+constexpr const char* kDefaultModel = "gemma-3-270m-q4_k_m";
+
+struct BuildArgs {
+  std::string model = kDefaultModel, document, out;
+  int64_t window = 256, stride = 192;
+  bool json = false;
+};
+
+void build(const BuildArgs& a) {
+  if (a.out.empty()) throw Error(ErrorKind::InvalidArgument, "apollo build: -o STORE is required");
+  const std::string text = read_text_file(a.document);
+  const auto model = Model::load(resolve_model(a.model));
+  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  const auto doc = tok.encode(text, false, false);
+  const ApolloStore s = build_apollo_store(doc, tok, model->fingerprint(), a.window, a.stride);
+  save_apollo_store(s, a.out);
+  if (a.json) {
+    nlohmann::json j = {{"store", a.out},           {"document", a.document}, {"tokens", s.doc.size()},
+                        {"windows", s.windows.size()}, {"window_tokens", s.window_tokens}, {"stride", s.stride},
+                        {"entries", s.entries.size()}, {"bytes", s.bytes()}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%s: %zu tokens -> %zu windows of %lld tokens (stride %lld), %zu entries, %.1f KiB\n", a.out.c_str(),
+              s.doc.size(), s.windows.size(), (long long)s.window_tokens, (long long)s.stride, s.entries.size(),
+              s.bytes() / 1024.0);
+}
+
+struct EvalArgs {
+  std::string model = kDefaultModel, document, questions, store;
+  int64_t window = 256, stride = 192, layer = -1, top_k = 12;
+  double coef = 8.0;
+  int threads = 0;
+  bool json = false, no_standard = false;
+};
+
+void eval(const EvalArgs& a) {
+  const std::string text = read_text_file(a.document);
+  const auto items = accuracy::parse_qa_jsonl(read_text_file(a.questions));
+  Loaded l = load(a.model, a.threads);
+  std::string store = a.store;
+  if (store.empty()) {  // build a temporary store with the given window/stride
+    store = (std::filesystem::temp_directory_path() / ("larql-apollo-" + std::to_string(::getpid()) + ".store")).string();
+    save_apollo_store(build_apollo_store(l.tokenizer.encode(text, false, false), l.tokenizer, l.model->fingerprint(),
+                                         a.window, a.stride),
+                      store);
+  }
+  ApolloOptions o;
+  o.store = store;
+  o.layer = a.layer;
+  o.coef = a.coef;
+  o.top_k = a.top_k;
+  ApolloEngine apollo(l.forward, o);
+  if (a.store.empty()) std::remove(store.c_str());
+  Progress bar("apollo eval", static_cast<int64_t>(items.size()));
+  const accuracy::QaReport r =
+      accuracy::run_apollo_qa(l.forward, l.tokenizer, apollo, text, items, !a.no_standard,
+                              [&](int64_t d, int64_t) { bar.update(d); });
+  auto pct = [](int64_t k, int64_t n) { return n > 0 ? 100.0 * static_cast<double>(k) / static_cast<double>(n) : 0.0; };
+  double apollo_ms = 0, standard_ms = 0;
+  int64_t n_apollo = 0, n_standard = 0;
+  for (const auto& it : r.items) {
+    if (it.apollo_error.empty()) apollo_ms += it.apollo_ms, ++n_apollo;
+    if (!it.miss && r.with_standard) standard_ms += it.standard_ms, ++n_standard;
+  }
+  if (a.json) {
+    nlohmann::json j = {{"engine", apollo.info().config},
+                        {"document_tokens", r.document_tokens},
+                        {"answerable", r.answerable},
+                        {"apollo_accuracy", pct(r.apollo_correct, r.answerable) / 100},
+                        {"retrieval_hit_rate", pct(r.retrieval_hits, r.answerable) / 100},
+                        {"false_misses", r.false_misses},
+                        {"misses", r.misses},
+                        {"misses_refused", r.misses_refused},
+                        {"apollo_ms_per_question", n_apollo ? apollo_ms / n_apollo : 0},
+                        {"apollo_store_bytes", r.apollo_store_bytes},
+                        {"apollo_state_bytes", r.apollo_state_bytes}};
+    if (r.with_standard)
+      j.update({{"standard_accuracy", pct(r.standard_correct, r.answerable) / 100},
+                {"standard_prefill_seconds", r.standard_prefill_seconds},
+                {"standard_ms_per_question", n_standard ? standard_ms / n_standard : 0},
+                {"standard_state_bytes", r.standard_state_bytes}});
+    j["items"] = nlohmann::json::array();
+    for (const auto& it : r.items) {
+      nlohmann::json q = {{"question", it.question}, {"miss", it.miss},         {"window", it.window},
+                          {"coverage", it.coverage}, {"retrieval_hit", it.retrieval_hit},
+                          {"apollo_correct", it.apollo_correct}, {"apollo_bits", it.apollo_bits}};
+      if (!it.apollo_error.empty()) q["apollo_error"] = it.apollo_error;
+      if (r.with_standard && !it.miss) q.update({{"standard_correct", it.standard_correct}, {"standard_bits", it.standard_bits}});
+      j["items"].push_back(q);
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%-60s %6s %5s %4s %7s %9s\n", "question", "window", "cover", "hit", "apollo", "standard");
+  for (const auto& it : r.items) {
+    std::string q = it.question.size() > 58 ? it.question.substr(0, 57) + "~" : it.question;
+    std::printf("%-60s %6lld %4.0f%% %4s %7s %9s\n", q.c_str(), (long long)it.window, 100 * it.coverage,
+                it.miss ? "-" : it.retrieval_hit ? "yes" : "no",
+                it.apollo_miss ? "miss" : !it.apollo_error.empty() ? "error" : it.miss ? "ANSWER" : it.apollo_correct ? "ok" : "wrong",
+                it.miss || !r.with_standard ? "-" : it.standard_correct ? "ok" : "wrong");
+  }
+  std::printf("\n%lld answerable questions over a %lld-token document:\n", (long long)r.answerable,
+              (long long)r.document_tokens);
+  std::printf("  apollo   %5.1f%% correct (retrieval hits %.1f%%, %lld refused), %.0f ms/question, store %.1f KiB + K/V %.1f MiB\n",
+              pct(r.apollo_correct, r.answerable), pct(r.retrieval_hits, r.answerable), (long long)r.false_misses,
+              n_apollo ? apollo_ms / n_apollo : 0.0, r.apollo_store_bytes / 1024.0, r.apollo_state_bytes / 1048576.0);
+  if (r.with_standard)
+    std::printf("  standard %5.1f%% correct, document prefill %.1f s + %.0f ms/question, K/V %.1f MiB\n",
+                pct(r.standard_correct, r.answerable), r.standard_prefill_seconds, n_standard ? standard_ms / n_standard : 0.0,
+                r.standard_state_bytes / 1048576.0);
+  std::printf("%lld unanswerable questions: %lld refused with RetrievalMiss\n", (long long)r.misses, (long long)r.misses_refused);
+  for (const auto& it : r.items)
+    if (!it.apollo_error.empty() && !it.apollo_miss) std::fprintf(stderr, "error: %s\n", it.apollo_error.c_str());
+}
+
+}  // namespace
+
+void register_apollo(CLI::App& app) {
+  CLI::App* ap = app.add_subcommand("apollo", "retrieval stores for the `apollo` engine: build, eval");
+  ap->require_subcommand(1);
+  auto b = std::make_shared<BuildArgs>();
+  CLI::App* s = ap->add_subcommand("build", "cut a document into token windows and write an apollo store");
+  s->add_option("document", b->document, "text file")->required();
+  s->add_option("-o,--out", b->out, "store file to write")->required();
+  s->add_option("-m,--model", b->model, "GGUF path or a name in models/ (its tokenizer; the store is bound to it)")
+      ->capture_default_str();
+  s->add_option("--window", b->window, "tokens per window")->capture_default_str()->check(CLI::Range(16, 8192));
+  s->add_option("--stride", b->stride, "tokens between window starts (window - stride overlap)")
+      ->capture_default_str()->check(CLI::Range(1, 8192));
+  s->add_flag("--json", b->json, "one JSON object");
+  s->callback([b] { build(*b); });
+
+  auto e = std::make_shared<EvalArgs>();
+  CLI::App* v = ap->add_subcommand("eval", "QA accuracy of apollo vs standard with the whole document in context");
+  v->add_option("document", e->document, "the text file the store was built from")->required();
+  v->add_option("questions", e->questions,
+                "JSONL: {\"question\", \"answer\", \"evidence\"} or {\"question\", \"miss\": true} per line")->required();
+  v->add_option("--store", e->store, "store from `apollo build` (default: build one in memory)");
+  v->add_option("-m,--model", e->model, "GGUF path or a name in models/")->capture_default_str();
+  v->add_option("--window", e->window, "window tokens when building in memory")->capture_default_str()->check(CLI::Range(16, 8192));
+  v->add_option("--stride", e->stride, "stride when building in memory")->capture_default_str()->check(CLI::Range(1, 8192));
+  v->add_option("--layer", e->layer, "injection layer (default: 7/8 of the layers)")->check(CLI::NonNegativeNumber);
+  v->add_option("--coef", e->coef, "injection scale (0 = none)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  v->add_option("--top-k", e->top_k, "entry tokens injected at most")->capture_default_str()->check(CLI::PositiveNumber);
+  v->add_flag("--no-standard", e->no_standard, "skip the whole-document standard baseline");
+  add_threads_flag(v, e->threads);
+  v->add_flag("--json", e->json, "one JSON object");
+  v->callback([e] { eval(*e); });
+}
+
+}  // namespace larql::cli
