@@ -8,7 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "kv/boundary_per_layer.h"
+#include "kv/cached_residual.h"
 #include "util/error.h"
 
 namespace larql {
@@ -157,9 +157,9 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
     return lg;
   };
   // Reference: every cold tier f32 (= markov-rs, exact). Its per-step log-probs are kept.
-  BoundaryPerLayerEngine base(fwd, opt.window, std::vector<ColdCodec>(static_cast<size_t>(c.n_layers), ColdCodec::F32));
+  CachedResidualEngine base(fwd, opt.window, std::vector<ColdCodec>(static_cast<size_t>(c.n_layers), ColdCodec::F32));
   base.prefill(prompt);
-  const BoundaryPerLayerEngine after_prefill = base;
+  const CachedResidualEngine after_prefill = base;
   std::vector<std::vector<float>> ref(static_cast<size_t>(S));
   std::vector<double> lp, lq;
   for (int64_t s = 0; s < S; ++s) {
@@ -184,7 +184,7 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
   int done = 0;
   for (int64_t li = 0; li < c.n_layers; ++li)
     for (ColdCodec codec : {ColdCodec::Bf16, ColdCodec::Int8}) {
-      BoundaryPerLayerEngine e = after_prefill;
+      CachedResidualEngine e = after_prefill;
       e.set_layer_codec(li, codec);
       double sum = 0;
       for (int64_t s = 0; s < S; ++s) {
@@ -202,7 +202,7 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
   // joint cost is over the budget the greedy choice is redone under half the effective budget.
   // bound = max(summed per-layer cost, joint cost).
   auto joint_cost = [&](const std::vector<ColdCodec>& pol) {
-    BoundaryPerLayerEngine e = after_prefill;
+    CachedResidualEngine e = after_prefill;
     for (int64_t li = 0; li < c.n_layers; ++li)
       if (pol[static_cast<size_t>(li)] != ColdCodec::F32) e.set_layer_codec(li, pol[static_cast<size_t>(li)]);
     double sum = 0;
@@ -250,7 +250,7 @@ std::unique_ptr<Engine> make_boundary_per_layer(std::shared_ptr<Forward> fwd, co
     throw Error(ErrorKind::InvariantViolation, "boundary-per-layer: record " + record_path + " has bound " +
                                                    std::to_string(r.bound) + " nats, over budget=" + std::to_string(budget) +
                                                    "; " + how_to_make());
-  auto e = std::make_unique<BoundaryPerLayerEngine>(std::move(fwd), r.window, r.policy);
+  auto e = std::make_unique<CachedResidualEngine>(std::move(fwd), r.window, r.policy);
   char note[64];
   std::snprintf(note, sizeof note, "bound=%.3g", r.bound);
   e->set_config_note(note);

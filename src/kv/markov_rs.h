@@ -80,7 +80,9 @@ class RowStore {
 /// Derivative state: post-RoPE K/V rows (f32) for the hot positions of each layer, derived from
 /// the residuals by Forward::kv_from_residual. Cold positions are still attended: their K/V are
 /// re-derived from the (decoded) cold residuals on every decode step that needs them — O(cold
-/// rows) projection work per step; exact, but slow for long cold tiers.
+/// rows) projection work per step; exact, memory-bounded by the window, but slow for long cold
+/// tiers. This is the `cold_kv=derive` mode; the default `cold_kv=cache` mode is
+/// CachedResidualEngine (kv/cached_residual.h), which derives each cold row's K/V once.
 ///
 /// `window` (tokens, 0 = unbounded) bounds the hot tier: residuals and K/V of the newest `window`
 /// positions. markov-rs keeps the cold tier in f32 (ColdCodec::F32) and is exact: the same logits

@@ -7,10 +7,12 @@
 #include "kv/standard.h"
 #include "kv/no_cache.h"
 #include "kv/markov_rs.h"
+#include "kv/cached_residual.h"
 #include "kv/calibration.h"
 #include "kv/turbo_quant.h"
 #include "kv/unlimited_context.h"
 #include "kv/boundary_kv.h"
+#include "kv/apollo/engine.h"
 #include "util/error.h"
 
 namespace larql {
@@ -74,6 +76,24 @@ void check_value(const EngineEntry& e, const EngineKey& k, const std::string& v)
   }
 }
 
+const EngineKey kColdKvKey{
+    "cold_kv", KeyType::Enum, "cache",
+    "K/V of cold positions: cache = derived once from the (round-tripped) residual and kept (O(1) work per step, "
+    "memory like standard); derive = re-derived every step (memory bounded by the window, O(cold rows) work per step)",
+    {"cache", "derive"}};
+
+/// markov-rs / markov-rs-codec in either cold_kv mode; both modes share the state-file format.
+std::unique_ptr<Engine> make_markov_rs(std::shared_ptr<Forward> f, const EngineSpec& s, ColdCodec codec) {
+  const int64_t window = s.get_int("window", 0);
+  if (s.get_string("cold_kv", "cache") == "derive") return std::make_unique<MarkovRsEngine>(std::move(f), window, codec);
+  std::string cfg = window > 0 ? "window=" + std::to_string(window) : "";
+  if (codec != ColdCodec::F32) cfg += (cfg.empty() ? "" : ",") + std::string("codec=") + cold_codec_name(codec);
+  const auto layers = static_cast<size_t>(f->config().n_layers);
+  return std::make_unique<CachedResidualEngine>(
+      std::move(f), window, std::vector<ColdCodec>(layers, codec),
+      ResidualEngineIdentity{codec == ColdCodec::F32 ? "markov-rs" : "markov-rs-codec", cfg});
+}
+
 }  // namespace
 
 std::string EngineSpec::to_string() const {
@@ -116,21 +136,22 @@ const std::vector<EngineEntry>& engine_registry() {
        }},
       {"markov-rs",
        {"markov_rs", "markov-residual", "markov_residual"},
-       {{"window", KeyType::Int, "", "hot tier: newest N positions keep K/V + residuals; older ones keep residuals (default: unbounded)", {}}},
+       {{"window", KeyType::Int, "", "hot tier: newest N positions keep residuals in f32; older ones move to the cold tier (default: unbounded)", {}},
+        kColdKvKey},
        "the residual stream per layer (global layers: every position; sliding: their window); K/V derived",
        "exact: greedy tokens identical to standard, per-step KL <= 1e-6 nats",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
-         return std::make_unique<MarkovRsEngine>(std::move(f), s.get_int("window", 0), ColdCodec::F32);
+         return make_markov_rs(std::move(f), s, ColdCodec::F32);
        }},
       {"markov-rs-codec",
        {"markov_rs_codec", "markov-residual-codec", "markov_residual_codec"},
        {{"window", KeyType::Int, "", "hot tier: newest N positions in f32; older residuals encoded (default: unbounded)", {}},
-        {"codec", KeyType::Enum, "bf16", "cold-tier residual codec", {"bf16", "int8"}}},
+        {"codec", KeyType::Enum, "bf16", "cold-tier residual codec", {"bf16", "int8"}},
+        kColdKvKey},
        "markov-rs with the cold residual tier encoded (bf16 round-to-nearest-even, or int8 per-row scale)",
        "mean KL vs markov-rs <= 0.01 nats (bf16); int8 reported",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
-         return std::make_unique<MarkovRsEngine>(std::move(f), s.get_int("window", 0),
-                                                 s.get_string("codec", "bf16") == "int8" ? ColdCodec::Int8 : ColdCodec::Bf16);
+         return make_markov_rs(std::move(f), s, s.get_string("codec", "bf16") == "int8" ? ColdCodec::Int8 : ColdCodec::Bf16);
        }},
       {"boundary-per-layer",
        {"boundary_per_layer", "boundary-pl"},
@@ -175,6 +196,22 @@ const std::vector<EngineEntry>& engine_registry() {
          o.chunk_tokens = s.get_int("chunk_tokens", 512);
          o.sequence_id = s.get_string("sequence_id", "default");
          return std::make_unique<BoundaryKvEngine>(std::move(f), std::move(o));
+       }},
+      {"apollo",
+       {},
+       {{"layer", KeyType::Int, "", "injection layer (default: 7/8 of the model's layers, 16 of 18 on Gemma 3 270M)", {}},
+        {"coef", KeyType::Float, "8.0", "injection scale; 0 runs the retrieved passage without injection", {}},
+        {"top_k", KeyType::Int, "12", "entry tokens injected at most", {}},
+        {"store", KeyType::String, "", "store file from `larql apollo build DOCUMENT -o STORE` (required)", {}}},
+       "retrieval: routes the query to one window of a document store, runs passage + query, injects entry tokens",
+       "task-level: QA answer accuracy vs standard with the whole document in context (`larql apollo eval`)",
+       [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
+         ApolloOptions o;
+         o.store = s.get_string("store", "");
+         o.layer = s.params.count("layer") ? s.get_int("layer", -1) : -1;
+         o.coef = s.params.count("coef") ? std::stod(s.params.at("coef")) : 8.0;
+         o.top_k = s.get_int("top_k", 12);
+         return std::make_unique<ApolloEngine>(std::move(f), std::move(o));
        }},
   };
   return kRegistry;

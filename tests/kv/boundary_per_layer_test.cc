@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kv/boundary_per_layer.h"
+#include "kv/cached_residual.h"
 #include "kv/calibration.h"
 #include "kv/markov_rs.h"
 #include "kv/registry.h"
@@ -207,7 +207,7 @@ TEST(BoundaryPerLayerRealModel, AllF32PolicyIsExact) {
   auto model = Model::load(path);
   auto fwd = std::make_shared<Forward>(model, 2);
   const ModelConfig& c = model->config();
-  BoundaryPerLayerEngine e(fwd, 32, std::vector<ColdCodec>(static_cast<size_t>(c.n_layers), ColdCodec::F32));
+  CachedResidualEngine e(fwd, 32, std::vector<ColdCodec>(static_cast<size_t>(c.n_layers), ColdCodec::F32));
   StandardEngine st(fwd, 0);
   std::vector<int32_t> prompt{2};
   for (int i = 0; i < 100; ++i) prompt.push_back(300 + (i * 7919) % 20000);

@@ -18,6 +18,7 @@
 
 #include "kv/markov_rs.h"
 #include "kv/no_cache.h"
+#include "kv/registry.h"
 #include "kv/standard.h"
 #include "model/model.h"
 #include "testlib/paths.h"
@@ -161,16 +162,19 @@ TEST(MarkovRsRealModel, ExactAtAShortPrompt) {
   EXPECT_LE(s[0].max_kl, 1e-6);
 }
 
-// (2) a prompt longer than the sliding window, unbounded; (3) window=128 on the same context,
-// so every layer has a cold tier (sliding layers: positions n-511 .. n-129; global layers: all
-// but the newest 128); and the codec engines at window=128 against markov-rs:window=128.
+// (2) a prompt longer than the sliding window, unbounded; (3) window=128 on a 2,000-token
+// context, so every layer has a cold tier (sliding layers: positions n-511 .. n-129; global
+// layers: all but the newest 128); the codec engines at window=128 against markov-rs:window=128.
+// The engines as `--engine` builds them (cold_kv=cache, the default), at the contract's sizes.
 TEST(MarkovRsRealModel, ExactPastTheSlidingWindowAndWithAColdTier_CodecsClose) {
   LARQL_REQUIRE_MODEL(path);
   Real r = load(path);
-  const int64_t n = long_run() ? 2000 : 600, steps = long_run() ? 256 : 32;
-  MarkovRsEngine unbounded(r.fwd, 0), windowed(r.fwd, 128);
-  MarkovRsEngine bf16(r.fwd, 128, ColdCodec::Bf16), int8(r.fwd, 128, ColdCodec::Int8);
-  const auto s = lockstep(r, pseudo_text(n, 33), steps, {&unbounded, &windowed, &bf16, &int8}, {-1, -1, 1, 1});
+  const int64_t n = 2000, steps = 256;
+  auto make = [&](const char* spec) { return make_engine(parse_engine_spec(spec), r.fwd); };
+  auto unbounded = make("markov-rs"), windowed = make("markov-rs:window=128");
+  auto bf16 = make("markov-rs-codec:window=128"), int8 = make("markov-rs-codec:window=128,codec=int8");
+  const auto s = lockstep(r, pseudo_text(n, 33), steps, {unbounded.get(), windowed.get(), bf16.get(), int8.get()},
+                          {-1, -1, 1, 1});
   const std::string ctx = " (prompt " + std::to_string(n) + ")";
   print(("markov-rs" + ctx).c_str(), s[0]);
   print(("markov-rs:window=128" + ctx).c_str(), s[1]);
@@ -180,10 +184,52 @@ TEST(MarkovRsRealModel, ExactPastTheSlidingWindowAndWithAColdTier_CodecsClose) {
     EXPECT_EQ(s[static_cast<size_t>(i)].token_mismatches, 0) << i;
     EXPECT_LE(s[static_cast<size_t>(i)].max_kl, 1e-6) << i;
   }
-  EXPECT_GT(windowed.memory().cold_bytes, 0u);
-  EXPECT_LT(bf16.memory().cold_bytes, windowed.memory().cold_bytes);
+  EXPECT_GT(windowed->memory().cold_bytes, 0u);
+  EXPECT_LT(bf16->memory().cold_bytes, windowed->memory().cold_bytes);
   EXPECT_LE(s[2].mean_kl, 0.01);
   EXPECT_LE(s[3].mean_kl, 0.5);
+}
+
+// The same contract in cold_kv=derive mode (cold K/V re-derived every step; memory bounded by
+// the window). Its per-step cost grows with the cold tier, so the default run is 600 tokens / 32
+// steps; LARQL_KV_LONG=1 runs 2,000 tokens / 256 steps.
+TEST(MarkovRsRealModel, DeriveModeExactWithAColdTier_CodecsClose) {
+  LARQL_REQUIRE_MODEL(path);
+  Real r = load(path);
+  const int64_t n = long_run() ? 2000 : 600, steps = long_run() ? 256 : 32;
+  MarkovRsEngine windowed(r.fwd, 128);
+  MarkovRsEngine bf16(r.fwd, 128, ColdCodec::Bf16), int8(r.fwd, 128, ColdCodec::Int8);
+  const auto s = lockstep(r, pseudo_text(n, 33), steps, {&windowed, &bf16, &int8}, {-1, 0, 0});
+  const std::string ctx = " (prompt " + std::to_string(n) + ", derive)";
+  print(("markov-rs:window=128" + ctx).c_str(), s[0]);
+  print(("markov-rs-codec bf16 vs markov-rs" + ctx).c_str(), s[1]);
+  print(("markov-rs-codec int8 vs markov-rs" + ctx).c_str(), s[2]);
+  EXPECT_EQ(s[0].token_mismatches, 0);
+  EXPECT_LE(s[0].max_kl, 1e-6);
+  EXPECT_GT(windowed.memory().cold_bytes, 0u);
+  EXPECT_LE(s[1].mean_kl, 0.01);
+  EXPECT_LE(s[2].mean_kl, 0.5);
+}
+
+// Both cold_kv modes hold the same canonical state: a file saved in one loads in the other.
+TEST(MarkovRsRealModel, StateFilesCrossColdKvModes) {
+  LARQL_REQUIRE_MODEL(path);
+  Real r = load(path);
+  const auto toks = pseudo_text(560, 45);
+  for (const char* codec : {"", ",codec=int8"}) {
+    const std::string base = std::string(*codec ? "markov-rs-codec" : "markov-rs") + ":window=64" + codec;
+    auto cache = make_engine(parse_engine_spec(base), r.fwd);
+    auto derive = make_engine(parse_engine_spec(base + ",cold_kv=derive"), r.fwd);
+    cache->prefill(std::vector<int32_t>(toks.begin(), toks.begin() + 540));
+    const std::string file = (std::filesystem::temp_directory_path() / ("larql-mrs-x-" + std::to_string(::getpid()))).string();
+    cache->save_state(file);
+    derive->load_state(file);
+    std::filesystem::remove(file);
+    for (size_t i = 540; i < toks.size(); ++i) {
+      const auto a = r.logits(cache->decode_step(toks[i])), b = r.logits(derive->decode_step(toks[i]));
+      ASSERT_LE(max_abs(a, b), 0.0) << base << " step " << i;
+    }
+  }
 }
 
 TEST(MarkovRsRealModel, SaveLoadContinuesWithIdenticalLogits) {

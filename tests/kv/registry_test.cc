@@ -97,5 +97,48 @@ TEST(Registry, RegistryTable) {
   EXPECT_FALSE(reg[0].contract.empty());
 }
 
+// Every engine of ENGINES.md's table is in the registry, in ladder order, with its keys.
+TEST(Registry, EveryEngineAndKeyOfTheSpec) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> spec = {
+      {"standard", {"window"}},
+      {"no-cache", {}},
+      {"markov-rs", {"window", "cold_kv"}},
+      {"markov-rs-codec", {"window", "codec", "cold_kv"}},
+      {"boundary-per-layer", {"window", "layers", "budget"}},
+      {"turbo-quant", {"bits"}},
+      {"unlimited-context", {"window"}},
+      {"boundary-kv", {"window", "chunk_tokens", "sequence_id"}},
+      {"apollo", {"layer", "coef", "top_k", "store"}},
+  };
+  const auto& reg = engine_registry();
+  ASSERT_EQ(reg.size(), spec.size());
+  for (size_t i = 0; i < spec.size(); ++i) {
+    EXPECT_EQ(reg[i].name, spec[i].first);
+    std::vector<std::string> keys;
+    for (const auto& k : reg[i].keys) keys.push_back(k.name);
+    EXPECT_EQ(keys, spec[i].second) << spec[i].first;
+  }
+}
+
+TEST(Registry, ApolloAndColdKvKeys) {
+  EXPECT_EQ(parse_engine_spec("apollo:store=/tmp/x.store,coef=0,top_k=4,layer=12").to_string(),
+            "apollo:coef=0,layer=12,store=/tmp/x.store,top_k=4");
+  EXPECT_EQ(parse_engine_spec("markov_rs:cold_kv=derive").to_string(), "markov-rs:cold_kv=derive");
+  auto bad = [](const std::string& spec, const std::vector<std::string>& needles) {
+    try {
+      parse_engine_spec(spec);
+      ADD_FAILURE() << "accepted " << spec;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  };
+  bad("markov-rs:cold_kv=lazy", {"cold_kv", "lazy", "cache", "derive"});
+  bad("apollo:coef=-1", {"coef", "-1"});
+  bad("apollo:top_k=0", {"top_k"});
+  bad("apollo:store=", {"store", "empty"});
+  bad("apollo:window=4", {"unknown key", "window", "layer, coef, top_k, store"});
+}
+
 }  // namespace
 }  // namespace larql

@@ -1,4 +1,4 @@
-#include "kv/boundary_per_layer.h"
+#include "kv/cached_residual.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,15 +9,15 @@
 
 namespace larql {
 
-BoundaryPerLayerEngine::BoundaryPerLayerEngine(std::shared_ptr<Forward> forward, int64_t window,
-                                               std::vector<ColdCodec> policy)
-    : fwd_(std::move(forward)), window_(std::max<int64_t>(0, window)), policy_(std::move(policy)) {
+CachedResidualEngine::CachedResidualEngine(std::shared_ptr<Forward> forward, int64_t window,
+                                           std::vector<ColdCodec> policy, ResidualEngineIdentity identity)
+    : fwd_(std::move(forward)), window_(std::max<int64_t>(0, window)), policy_(std::move(policy)), id_(std::move(identity)) {
   const ModelConfig& c = fwd_->config();
   std::string why;
   if (!MarkovRsEngine::residual_is_sufficient(c, &why))
-    throw Error(ErrorKind::BackendUnavailable, "boundary-per-layer: " + why);
+    throw Error(ErrorKind::BackendUnavailable, id_.name + ": " + why);
   if (static_cast<int64_t>(policy_.size()) != c.n_layers)
-    throw Error(ErrorKind::InvariantViolation, "boundary-per-layer: policy has " + std::to_string(policy_.size()) +
+    throw Error(ErrorKind::InvariantViolation, id_.name + ": policy has " + std::to_string(policy_.size()) +
                                                    " layers, the model " + std::to_string(c.n_layers));
   for (int64_t li = 0; li < c.n_layers; ++li) {
     const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
@@ -30,23 +30,23 @@ BoundaryPerLayerEngine::BoundaryPerLayerEngine(std::shared_ptr<Forward> forward,
   for (int64_t li = 0; li < c.n_layers; ++li) layers_.push_back(fresh_layer(li));
 }
 
-BoundaryPerLayerEngine::Layer BoundaryPerLayerEngine::fresh_layer(int64_t li) const {
+CachedResidualEngine::Layer CachedResidualEngine::fresh_layer(int64_t li) const {
   const ModelConfig& c = fwd_->config();
   return {RowStore<float>(c.kv_dim()), RowStore<float>(c.kv_dim()), RowStore<float>(c.hidden),
           RowStore<uint32_t>(cold_codec_words(policy_[static_cast<size_t>(li)], c.hidden))};
 }
 
-int64_t BoundaryPerLayerEngine::retain_lo(int64_t li, int64_t n) const {
+int64_t CachedResidualEngine::retain_lo(int64_t li, int64_t n) const {
   const int64_t retain = retain_[static_cast<size_t>(li)];
   return retain > 0 ? std::max<int64_t>(0, n - retain) : 0;
 }
 
-int64_t BoundaryPerLayerEngine::hot_lo(int64_t li, int64_t n) const {
+int64_t CachedResidualEngine::hot_lo(int64_t li, int64_t n) const {
   const int64_t keep = kv_keep_[static_cast<size_t>(li)];
   return keep > 0 ? std::max<int64_t>(0, n - keep) : 0;
 }
 
-void BoundaryPerLayerEngine::settle(int64_t n, bool rederive) {
+void CachedResidualEngine::settle(int64_t n, bool rederive) {
   const ModelConfig& c = fwd_->config();
   std::vector<uint32_t> enc;
   for (int64_t li = 0; li < c.n_layers; ++li) {
@@ -70,7 +70,7 @@ void BoundaryPerLayerEngine::settle(int64_t n, bool rederive) {
   }
 }
 
-void BoundaryPerLayerEngine::derive_cold(int64_t li, int64_t a, int64_t b) {
+void CachedResidualEngine::derive_cold(int64_t li, int64_t a, int64_t b) {
   const ModelConfig& c = fwd_->config();
   Layer& L = layers_[static_cast<size_t>(li)];
   const ColdCodec codec = policy_[static_cast<size_t>(li)];
@@ -79,14 +79,14 @@ void BoundaryPerLayerEngine::derive_cold(int64_t li, int64_t a, int64_t b) {
     row_.resize(static_cast<size_t>(m * c.hidden));
     for (int64_t j = 0; j < m; ++j) decode_cold_row(codec, c.hidden, L.cold.at(off + j), row_.data() + j * c.hidden);
     if (L.k.first_pos() > off || L.k.end_pos() < off + m)
-      throw Error(ErrorKind::BackendFailure, "boundary-per-layer: layer " + std::to_string(li) +
+      throw Error(ErrorKind::BackendFailure, id_.name + ": layer " + std::to_string(li) +
                                                  " has no K/V rows for cold positions [" + std::to_string(off) + ", " +
                                                  std::to_string(off + m) + ")");
     fwd_->kv_from_residual(li, row_.data(), m, off, L.k.mut_at(off), L.v.mut_at(off));
   }
 }
 
-void BoundaryPerLayerEngine::set_layer_codec(int64_t li, ColdCodec codec) {
+void CachedResidualEngine::set_layer_codec(int64_t li, ColdCodec codec) {
   const ModelConfig& c = fwd_->config();
   Layer& L = layers_[static_cast<size_t>(li)];
   const ColdCodec old = policy_[static_cast<size_t>(li)];
@@ -104,7 +104,7 @@ void BoundaryPerLayerEngine::set_layer_codec(int64_t li, ColdCodec codec) {
   if (L.cold.rows() > 0) derive_cold(li, L.cold.first_pos(), L.cold.end_pos());
 }
 
-std::vector<float> BoundaryPerLayerEngine::prefill(const std::vector<int32_t>& tokens) {
+std::vector<float> CachedResidualEngine::prefill(const std::vector<int32_t>& tokens) {
   const ModelConfig& c = fwd_->config();
   if (tokens.empty()) throw Error(ErrorKind::EmptyPrompt, "prefill: the prompt has no tokens");
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -133,7 +133,7 @@ std::vector<float> BoundaryPerLayerEngine::prefill(const std::vector<int32_t>& t
     const LayerKv& t = tmp.layer(li);
     const int64_t cold_first = L.cold.first_pos(), hot_first = L.hot.first_pos(), rows = n - hot_first;
     if (hot_first < t.first_pos())
-      throw Error(ErrorKind::BackendFailure, "boundary-per-layer: prefill K/V of layer " + std::to_string(li) +
+      throw Error(ErrorKind::BackendFailure, id_.name + ": prefill K/V of layer " + std::to_string(li) +
                                                  " start at " + std::to_string(t.first_pos()) + ", hot tier at " +
                                                  std::to_string(hot_first));
     L.k.reset_to(cold_first);
@@ -152,7 +152,7 @@ std::vector<float> BoundaryPerLayerEngine::prefill(const std::vector<int32_t>& t
   return std::vector<float>(x.end() - c.hidden, x.end());
 }
 
-std::vector<float> BoundaryPerLayerEngine::decode_step(int32_t token) {
+std::vector<float> CachedResidualEngine::decode_step(int32_t token) {
   const ModelConfig& c = fwd_->config();
   if (!started_) throw Error(ErrorKind::InvariantViolation, "decode_step before prefill");
   const int64_t p = n_past_;
@@ -172,7 +172,7 @@ std::vector<float> BoundaryPerLayerEngine::decode_step(int32_t token) {
     L.v.append(v_.data(), 1);
     const int64_t lo = lc.sliding ? std::max<int64_t>(0, p - lc.window + 1) : 0;
     if (L.k.first_pos() > lo || L.k.end_pos() != p + 1)
-      throw Error(ErrorKind::BackendFailure, "boundary-per-layer: layer " + std::to_string(li) + " needs K/V [" +
+      throw Error(ErrorKind::BackendFailure, id_.name + ": layer " + std::to_string(li) + " needs K/V [" +
                                                  std::to_string(lo) + ", " + std::to_string(p + 1) + ") but holds [" +
                                                  std::to_string(L.k.first_pos()) + ", " + std::to_string(L.k.end_pos()) + ")");
     const KvSpan span{L.k.at(lo), L.v.at(lo), lo, p + 1 - lo};
@@ -184,15 +184,16 @@ std::vector<float> BoundaryPerLayerEngine::decode_step(int32_t token) {
   return x_;
 }
 
-EngineInfo BoundaryPerLayerEngine::info() const {
+EngineInfo CachedResidualEngine::info() const {
+  if (id_.config) return {id_.name, "cpu", *id_.config};
   std::string cfg = window_ > 0 ? "window=" + std::to_string(window_) + "," : "";
   cfg += "policy=";
   for (ColdCodec cc : policy_) cfg += cc == ColdCodec::F32 ? 'f' : cc == ColdCodec::Bf16 ? 'b' : 'i';
   if (!note_.empty()) cfg += "," + note_;
-  return {"boundary-per-layer", "cpu", cfg};
+  return {id_.name, "cpu", cfg};
 }
 
-EngineMemory BoundaryPerLayerEngine::memory() const {
+EngineMemory CachedResidualEngine::memory() const {
   EngineMemory m;
   for (const Layer& L : layers_) {
     m.hot_bytes += L.k.bytes() + L.v.bytes() + L.hot.bytes();
@@ -202,9 +203,9 @@ EngineMemory BoundaryPerLayerEngine::memory() const {
   return m;
 }
 
-void BoundaryPerLayerEngine::save_state(const std::string& path) const {
+void CachedResidualEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
-  StateWriter w(path, {"boundary-per-layer", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_)});
+  StateWriter w(path, {id_.name, info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_)});
   for (const Layer& L : layers_) {
     w.u64(static_cast<uint64_t>(L.cold.first_pos()));
     w.u64(static_cast<uint64_t>(L.cold.rows()));
@@ -217,10 +218,10 @@ void BoundaryPerLayerEngine::save_state(const std::string& path) const {
   w.close();
 }
 
-void BoundaryPerLayerEngine::load_state(const std::string& path) {
+void CachedResidualEngine::load_state(const std::string& path) {
   const ModelConfig& c = fwd_->config();
   StateReader r(path);
-  const StateHeader h = r.header("boundary-per-layer", fwd_->model().fingerprint(), info().config);
+  const StateHeader h = r.header(id_.name, fwd_->model().fingerprint(), info().config);
   if (h.n_past == 0 || h.n_past > static_cast<uint64_t>(c.context_length))
     throw Error(ErrorKind::Format, path + ": n_past " + std::to_string(h.n_past) + " is out of range");
   const int64_t n = static_cast<int64_t>(h.n_past);

@@ -1,9 +1,11 @@
-// The `boundary-per-layer` engine: markov-rs with a per-layer codec policy for the cold tier,
-// chosen by a calibration run (kv/calibration.h). Specification: shared/design/ENGINES.md.
+// Residual-stream engines with a cached K/V tier: `markov-rs` and `markov-rs-codec` with
+// cold_kv=cache (their default) and `boundary-per-layer` (policy from a calibration record,
+// kv/calibration.h). Specification: shared/design/ENGINES.md.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,13 @@
 #include "kv/markov_rs.h"
 
 namespace larql {
+
+/// Name and configuration string an engine reports in info() and writes into state files.
+struct ResidualEngineIdentity {
+  std::string name = "boundary-per-layer";
+  /// unset: "[window=N,]policy=<one letter per layer: f, b, i>[,note]"
+  std::optional<std::string> config;
+};
 
 /// Canonical state: as markov-rs — per layer the residual entering the layer, f32 for the newest
 /// `window` positions (hot), encoded with that layer's codec (policy[layer]: f32, bf16 or int8)
@@ -23,18 +32,23 @@ namespace larql {
 /// place; after that the row's K/V are cached. Each decode step therefore does O(1) new
 /// projection work per layer (the new token, plus the one row that turns cold) and attention is
 /// O(window) on sliding layers / O(N) on global layers — never the O(N) re-derivation per step
-/// that markov-rs-codec does. (For an f32 layer the round trip is exact, so nothing is re-derived.)
+/// of MarkovRsEngine (cold_kv=derive). The price is memory: every attended position keeps its
+/// K/V, as in `standard`, on top of the residuals. (For an f32 layer the round trip is exact,
+/// so nothing is re-derived.)
 ///
 /// memory(): cold = encoded cold residuals; hot = hot residuals + all cached K/V (derivative).
 /// State file: like markov-rs (n_past, per layer cold words as held + hot f32 residuals; never
 /// K/V, which load_state re-derives from the round-tripped residuals); the config string names
-/// the window and the policy, so a state from another policy is refused.
+/// the window and the policy, so a state from another policy is refused. Under the identity of
+/// markov-rs / markov-rs-codec (same name and config string as MarkovRsEngine) the state file is
+/// byte-compatible with MarkovRsEngine's: a state saves in one cold_kv mode and loads in the other.
 ///
 /// Errors: as MarkovRsEngine.
-class BoundaryPerLayerEngine : public Engine {
+class CachedResidualEngine : public Engine {
  public:
   /// policy: one codec per layer (size n_layers). window 0 = unbounded (no cold tier).
-  BoundaryPerLayerEngine(std::shared_ptr<Forward> forward, int64_t window, std::vector<ColdCodec> policy);
+  CachedResidualEngine(std::shared_ptr<Forward> forward, int64_t window, std::vector<ColdCodec> policy,
+                       ResidualEngineIdentity identity = {});
 
   std::vector<float> prefill(const std::vector<int32_t>& tokens) override;
   std::vector<float> decode_step(int32_t token) override;
@@ -70,6 +84,7 @@ class BoundaryPerLayerEngine : public Engine {
   std::shared_ptr<Forward> fwd_;
   int64_t window_;
   std::vector<ColdCodec> policy_;
+  ResidualEngineIdentity id_;
   std::string note_;
   std::vector<int64_t> kv_keep_, retain_;
   std::vector<Layer> layers_;
