@@ -176,11 +176,12 @@ const std::vector<EngineEntry>& engine_registry() {
        {{"tq3", {{"bits", "3"}}}, {"tq4", {{"bits", "4"}}}}},
       {"unlimited-context",
        {"unlimited", "unlimited_context"},
-       {{"window", KeyType::Int, "512", "tokens per window; a window attends to the previous window's last-position checkpoint plus itself", {}}},
-       "current window's K/V + one K/V checkpoint row per closed window + every token id",
+       {{"window", KeyType::Int, "512", "tokens per window; a window attends to the previous window's last-position checkpoint plus itself", {}},
+        {"sink", KeyType::Enum, "1", "1: global layers also attend to position 0 (<bos>, the attention sink); 0: off", {"0", "1"}}},
+       "current window's K/V + one K/V checkpoint row per closed window + the <bos> sink row + every token id",
        "exact while the context fits one window; beyond, top-1 agreement / KL vs standard are measured",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
-         return std::make_unique<UnlimitedContextEngine>(std::move(f), s.get_int("window", 512));
+         return std::make_unique<UnlimitedContextEngine>(std::move(f), s.get_int("window", 512), s.get_string("sink", "1") == "1");
        }},
       {"boundary-kv",
        {"boundary_kv", "boundary"},

@@ -7,8 +7,8 @@
 
 namespace larql {
 
-UnlimitedContextEngine::UnlimitedContextEngine(std::shared_ptr<Forward> forward, int64_t window)
-    : fwd_(std::move(forward)), window_(window) {
+UnlimitedContextEngine::UnlimitedContextEngine(std::shared_ptr<Forward> forward, int64_t window, bool sink)
+    : fwd_(std::move(forward)), window_(window), sink_on_(sink) {
   if (window_ <= 0) throw Error(ErrorKind::InvalidArgument, "unlimited-context: window must be positive, got " + std::to_string(window_));
   cur_ = seeded_layers(0);
 }
@@ -20,13 +20,23 @@ std::vector<LayerKv> UnlimitedContextEngine::seeded_layers(int64_t id) const {
     kv.emplace_back(c.kv_dim(), 0);  // no eviction: a window is bounded by construction
     if (id > 0) {
       const Checkpoint& cp = checkpoints_[static_cast<size_t>(id - 1)];
-      kv.back().reset_to(cp.pos);
+      if (has_sink(id, l)) {
+        kv.back().reset_to(cp.pos - 1);
+        kv.back().append(sink_.k.data() + l * c.kv_dim(), sink_.v.data() + l * c.kv_dim(), 1);
+      } else {
+        kv.back().reset_to(cp.pos);
+      }
       kv.back().append(cp.k.data() + l * c.kv_dim(), cp.v.data() + l * c.kv_dim(), 1);
     } else {
       kv.back().reset_to(0);
     }
   }
   return kv;
+}
+
+bool UnlimitedContextEngine::has_sink(int64_t id, int64_t layer) const {
+  // Window 1 of a 1-token window: the checkpoint is position 0 itself.
+  return sink_on_ && id > 0 && id * window_ - 1 > 0 && !fwd_->config().layers[static_cast<size_t>(layer)].sliding;
 }
 
 void UnlimitedContextEngine::run_piece(std::vector<LayerKv>& kv, const int32_t* tokens, int64_t m, int64_t pos0, float* x) {
@@ -47,6 +57,16 @@ void UnlimitedContextEngine::close_window() {
     std::copy_n(kv.v_at(cp.pos), c.kv_dim(), cp.v.begin() + l * c.kv_dim());
   }
   checkpoints_.push_back(std::move(cp));
+  if (win_id_ == 0) {  // the sink: position 0 of every layer
+    sink_.pos = 0;
+    sink_.k.resize(static_cast<size_t>(c.n_layers * c.kv_dim()));
+    sink_.v.resize(sink_.k.size());
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const LayerKv& kv = cur_[static_cast<size_t>(l)];
+      std::copy_n(kv.k_at(0), c.kv_dim(), sink_.k.begin() + l * c.kv_dim());
+      std::copy_n(kv.v_at(0), c.kv_dim(), sink_.v.begin() + l * c.kv_dim());
+    }
+  }
   ++win_id_;
   cur_len_ = 0;
   cur_ = seeded_layers(win_id_);
@@ -73,6 +93,7 @@ std::vector<float> UnlimitedContextEngine::prefill(const std::vector<int32_t>& t
   if (tokens.empty()) throw Error(ErrorKind::EmptyPrompt, "prefill: the prompt has no tokens");
   tokens_.clear();
   checkpoints_.clear();
+  sink_ = {};
   win_id_ = 0;
   cur_len_ = 0;
   cur_ = seeded_layers(0);
@@ -117,18 +138,22 @@ WindowKv UnlimitedContextEngine::replay(int64_t id) {
   return window_kv_of(kv, first);
 }
 
-EngineInfo UnlimitedContextEngine::info() const { return {"unlimited-context", "cpu", "window=" + std::to_string(window_)}; }
+EngineInfo UnlimitedContextEngine::info() const {
+  return {"unlimited-context", "cpu", "window=" + std::to_string(window_) + (sink_on_ ? "" : ",sink=0")};
+}
 
 EngineMemory UnlimitedContextEngine::memory() const {
   const ModelConfig& c = fwd_->config();
   size_t hot = 0;
   for (const LayerKv& l : cur_) hot += l.bytes();
   const size_t cp = static_cast<size_t>(c.n_layers * c.kv_dim()) * 2 * sizeof(float);
-  return {hot, checkpoints_.size() * cp + tokens_.size() * sizeof(int32_t), window_};
+  const size_t sink = win_id_ > 0 && sink_on_ ? cp : 0;
+  return {hot, checkpoints_.size() * cp + sink + tokens_.size() * sizeof(int32_t), window_};
 }
 
-// Payload: u64 n_tokens, tokens (u64 each) | per checkpoint: u64 pos, k, v [n_layers*kv_dim] |
-// per layer: u64 first_pos, u64 rows, k, v [rows*kv_dim] of the current window (with its seed).
+// Payload: tokens (u64 each) | per checkpoint: u64 pos, k, v [n_layers*kv_dim] | when a window
+// has closed and the sink is on: the sink's k, v [n_layers*kv_dim] | per layer: u64 first_pos,
+// u64 rows, k, v [rows*kv_dim] of the current window (with its seed rows).
 void UnlimitedContextEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
   StateWriter w(path, {"unlimited-context", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past())});
@@ -137,6 +162,10 @@ void UnlimitedContextEngine::save_state(const std::string& path) const {
     w.u64(static_cast<uint64_t>(cp.pos));
     w.floats(cp.k.data(), cp.k.size());
     w.floats(cp.v.data(), cp.v.size());
+  }
+  if (win_id_ > 0 && sink_on_) {
+    w.floats(sink_.k.data(), sink_.k.size());
+    w.floats(sink_.v.data(), sink_.v.size());
   }
   for (const LayerKv& l : cur_) write_layer_kv(w, l);
   w.close();
@@ -162,16 +191,24 @@ void UnlimitedContextEngine::load_state(const std::string& path) {
     r.floats(cp.k.data(), cp.k.size());
     r.floats(cp.v.data(), cp.v.size());
   }
+  Checkpoint sink;
+  if (closed > 0 && sink_on_) {
+    sink.k.resize(static_cast<size_t>(c.n_layers * c.kv_dim()));
+    sink.v.resize(sink.k.size());
+    r.floats(sink.k.data(), sink.k.size());
+    r.floats(sink.v.data(), sink.v.size());
+  }
   const int64_t first = closed * window_;
-  const int64_t seed_first = closed > 0 ? first - 1 : first;
   std::vector<LayerKv> cur;
   for (int64_t l = 0; l < c.n_layers; ++l) {
+    const int64_t seed_first = closed > 0 ? first - 1 - (has_sink(closed, l) ? 1 : 0) : first;
     cur.emplace_back(c.kv_dim(), 0);
     read_layer_kv(r, cur.back(), n, seed_first, "layer " + std::to_string(l) + " window");
   }
   r.expect_end();
   tokens_ = std::move(tokens);
   checkpoints_ = std::move(cps);
+  sink_ = std::move(sink);
   cur_ = std::move(cur);
   win_id_ = closed;
   cur_len_ = n - first;

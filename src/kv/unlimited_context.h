@@ -2,10 +2,18 @@
 //
 // Canonical state: the K/V of the current window (f32, post-RoPE, every layer), one checkpoint
 // per closed window (the K/V row of that window's last position on every layer: n_layers x 2 x
-// kv_dim f32), and an archive of every token id. A token in window k attends to the checkpoint
-// row of window k-1 (at its absolute position) plus the tokens of window k up to itself; nothing
-// older. The model's sliding-window layers still apply their own window on top. Positions stay
-// absolute (RoPE at the true position).
+// kv_dim f32), the attention sink (the K/V row of position 0 — `<bos>` — on every layer, kept
+// once), and an archive of every token id. A token in window k attends to the checkpoint row of
+// window k-1 (at its absolute position) plus the tokens of window k up to itself; on global
+// (non-sliding) layers also to the sink row, as it would in `standard`. Nothing else older. The
+// model's sliding-window layers still apply their own window on top (standard's sliding layers
+// never see position 0 past their window, so they get no sink). Positions stay absolute (RoPE at
+// the true position; K rows are stored post-RoPE, so a row keeps its own position's rotation).
+//
+// Why the sink: Gemma puts much of every global layer's attention mass on `<bos>`; a window that
+// cannot see it renormalises that mass onto its own tokens and loses the thread (measured: top-1
+// agreement with standard 19% without the sink beyond one window; see docs/BENCHMARKS.md).
+// `sink=0` turns it off (the reference design).
 //
 // Contract: exact (logits identical to standard) while the context fits one window; beyond,
 // what is lost is measured, not hidden. replay(id) rebuilds a closed window's K/V exactly from
@@ -34,13 +42,13 @@ struct WindowKv {
 
 class UnlimitedContextEngine : public Engine {
  public:
-  /// Error{InvalidArgument} for window <= 0.
-  UnlimitedContextEngine(std::shared_ptr<Forward> forward, int64_t window = 512);
+  /// Error{InvalidArgument} for window <= 0. sink: keep position 0's K/V for global layers.
+  UnlimitedContextEngine(std::shared_ptr<Forward> forward, int64_t window = 512, bool sink = true);
   std::vector<float> prefill(const std::vector<int32_t>& tokens) override;
   std::vector<float> decode_step(int32_t token) override;
   EngineInfo info() const override;
-  /// hot = the current window's K/V rows (including the seed checkpoint row); cold = the
-  /// checkpoints (n_layers x 2 x kv_dim x 4 B each) + 4 B per archived token.
+  /// hot = the current window's K/V rows (including the seed rows); cold = the checkpoints and
+  /// the sink (n_layers x 2 x kv_dim x 4 B each) + 4 B per archived token.
   EngineMemory memory() const override;
   int64_t n_past() const override { return static_cast<int64_t>(tokens_.size()); }
   void save_state(const std::string& path) const override;
@@ -64,8 +72,12 @@ class UnlimitedContextEngine : public Engine {
   };
   std::vector<float> process(const int32_t* tokens, int64_t n);
   void close_window();
-  /// Fresh per-layer K/V for window `id`: seeded with checkpoint id-1's row when id > 0.
+  /// Fresh per-layer K/V for window `id`: seeded with checkpoint id-1's row when id > 0, and on
+  /// global layers with the sink row before it (labelled one position earlier: K is post-RoPE,
+  /// and a global layer's mask is only causal, so the label only has to precede the window).
   std::vector<LayerKv> seeded_layers(int64_t id) const;
+  /// Whether window id's layer l starts with the sink row.
+  bool has_sink(int64_t id, int64_t layer) const;
   /// Run m tokens at pos0 through every layer over `kv`; x [m, hidden].
   void run_piece(std::vector<LayerKv>& kv, const int32_t* tokens, int64_t m, int64_t pos0, float* x);
   WindowKv window_kv_of(const std::vector<LayerKv>& kv, int64_t first_pos) const;
@@ -74,6 +86,8 @@ class UnlimitedContextEngine : public Engine {
   int64_t window_;
   std::vector<int32_t> tokens_;
   std::vector<Checkpoint> checkpoints_;  ///< index = closed window id
+  bool sink_on_ = true;
+  Checkpoint sink_;                      ///< position 0's K/V, captured when window 0 closes
   std::vector<LayerKv> cur_;
   int64_t win_id_ = 0;
   int64_t cur_len_ = 0;  ///< tokens of the current window

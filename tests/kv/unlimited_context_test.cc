@@ -101,34 +101,46 @@ TEST(UnlimitedContext, SyntheticExactInOneWindowAndReplay) {
   EXPECT_EQ(max_abs_diff(logits_of(*s.fwd, p.decode_step(ids[33])), logits_of(*s.fwd, u.decode_step(ids[33]))), 0.0f);
   expect_same_kv(p.replay(1), w1);
   expect_error(ErrorKind::InvalidArgument, [&] { u.replay(2); });
-  // Memory: current window (seed row + 2 tokens) hot; 2 checkpoints + 34 tokens cold.
+  // Memory: current window (seed row + 2 tokens, + the sink row on global layers) hot;
+  // 2 checkpoints + the sink + 34 tokens cold.
   const size_t row = 16 * 2 * sizeof(float);
-  EXPECT_EQ(u.memory().hot_bytes, 7 * 3 * row);
-  EXPECT_EQ(u.memory().cold_bytes, 2 * 7 * row + 34 * 4);
+  int64_t global = 0;
+  for (const auto& l : s.model->config().layers) global += l.sliding ? 0 : 1;
+  ASSERT_GT(global, 0);
+  EXPECT_EQ(u.memory().hot_bytes, (7 * 3 + global) * row);
+  EXPECT_EQ(u.memory().cold_bytes, 3 * 7 * row + 34 * 4);
   EXPECT_EQ(u.memory().window_tokens, 16);
 }
 
-TEST(UnlimitedContext, BeyondTheWindowOnlyTheCheckpointIsSeen) {
-  // A token in window 1 attends to the checkpoint row of window 0 plus its own window: the same
-  // as standard over a sequence whose window-0 K/V is only that one row. Check via replay
-  // against a hand-built run: seed a LayerKv with the checkpoint and call Forward::layer.
+TEST(UnlimitedContext, BeyondTheWindowTheCheckpointAndTheSinkAreSeen) {
+  // A token in window 1 attends to the checkpoint row of window 0 plus its own window, and on
+  // global layers also to position 0's row (the sink): the same as Forward::layer over a LayerKv
+  // seeded by hand with exactly those rows. With sink=0 only the checkpoint is seeded.
   Syn s;
   const auto ids = pseudo_text(12, 6, 270, 21);
-  UnlimitedContextEngine u(s.fwd, 6);
-  u.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 6));
-  const WindowKv w0 = u.current_window_kv();
-  const auto h = u.decode_step(ids[6]);
   const auto& c = s.model->config();
-  std::vector<LayerKv> kv;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    kv.emplace_back(c.kv_dim(), 0);
-    kv.back().reset_to(5);
-    kv.back().append(w0.k[l].data() + 5 * c.kv_dim(), w0.v[l].data() + 5 * c.kv_dim(), 1);
+  for (bool sink : {true, false}) {
+    SCOPED_TRACE(sink);
+    UnlimitedContextEngine u(s.fwd, 6, sink);
+    u.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 6));
+    const WindowKv w0 = u.current_window_kv();
+    const auto h = u.decode_step(ids[6]);
+    std::vector<LayerKv> kv;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      kv.emplace_back(c.kv_dim(), 0);
+      if (sink && !c.layers[l].sliding) {
+        kv.back().reset_to(4);
+        kv.back().append(w0.k[l].data(), w0.v[l].data(), 1);  // position 0's post-RoPE row
+      } else {
+        kv.back().reset_to(5);
+      }
+      kv.back().append(w0.k[l].data() + 5 * c.kv_dim(), w0.v[l].data() + 5 * c.kv_dim(), 1);
+    }
+    std::vector<float> x(c.hidden);
+    s.fwd->embed(&ids[6], 1, x.data());
+    for (int64_t l = 0; l < c.n_layers; ++l) s.fwd->layer(l, x.data(), 1, 6, kv[l]);
+    EXPECT_EQ(max_abs_diff(x, h), 0.0f);
   }
-  std::vector<float> x(c.hidden);
-  s.fwd->embed(&ids[6], 1, x.data());
-  for (int64_t l = 0; l < c.n_layers; ++l) s.fwd->layer(l, x.data(), 1, 6, kv[l]);
-  EXPECT_EQ(max_abs_diff(x, h), 0.0f);
 }
 
 TEST(UnlimitedContext, SaveLoadRegistryAndErrors) {
@@ -162,6 +174,15 @@ TEST(UnlimitedContext, SaveLoadRegistryAndErrors) {
   EXPECT_EQ(e->info().name, "unlimited-context");
   EXPECT_EQ(e->info().config, "window=512");
   EXPECT_EQ(make_engine(parse_engine_spec("unlimited_context:window=64"), s.fwd)->info().config, "window=64");
+  EXPECT_EQ(make_engine(parse_engine_spec("unlimited:sink=0"), s.fwd)->info().config, "window=512,sink=0");
+  expect_error(ErrorKind::InvalidArgument, [&] { parse_engine_spec("unlimited-context:sink=2"); });
+  {  // a state saved with the sink does not load without it
+    UnlimitedContextEngine with(s.fwd, 8), without(s.fwd, 8, false);
+    with.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 19));
+    with.save_state(path);
+    expect_error(ErrorKind::InvariantViolation, [&] { without.load_state(path); }, "sink=0 reading sink=1");
+    std::filesystem::remove(path);
+  }
   expect_error(ErrorKind::InvalidArgument, [&] { parse_engine_spec("unlimited-context:window=x"); });
 }
 
@@ -186,19 +207,21 @@ TEST(UnlimitedContextRealModel, ReplayReproducesClosedWindowsAndLossBeyondIsMeas
   auto fwd = std::make_shared<Forward>(model, 2);
   const int64_t W = 128;
   const auto ids = pseudo_text(3 * W, 300, 20000, 31337);
-  UnlimitedContextEngine u(fwd, W);
+  UnlimitedContextEngine u(fwd, W), nosink(fwd, W, false);
   StandardEngine st(fwd, 0);
   // Window 0 by prefill, window 1 by prefill + decode: snapshot each while live.
   u.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + W));
+  nosink.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + W));
   const WindowKv w0 = u.current_window_kv();
   st.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + W));
   // Beyond one window: teacher-forced on the same tokens, compare with standard.
-  int agree = 0, steps = 0;
-  double kl_sum = 0, kl_max = 0;
+  int agree = 0, steps = 0, agree0 = 0;
+  double kl_sum = 0, kl_max = 0, kl0_sum = 0;
   for (int64_t t = W; t < 2 * W + 1; ++t) {
     if (t == W + 100) u.replay(0);  // replay in the middle changes nothing
     const auto lu = logits_of(*fwd, u.decode_step(ids[t]));
     const auto ls = logits_of(*fwd, st.decode_step(ids[t]));
+    const auto l0 = logits_of(*fwd, nosink.decode_step(ids[t]));
     if (t == 2 * W - 1) {
       const WindowKv w1 = u.current_window_kv();
       EXPECT_EQ(w1.rows, W);
@@ -215,6 +238,8 @@ TEST(UnlimitedContextRealModel, ReplayReproducesClosedWindowsAndLossBeyondIsMeas
       const double k = kl(ls, lu);
       kl_sum += k;
       kl_max = std::max(kl_max, k);
+      agree0 += argmax(l0) == argmax(ls);
+      kl0_sum += kl(ls, l0);
     }
   }
   const auto m = u.memory();
@@ -222,6 +247,9 @@ TEST(UnlimitedContextRealModel, ReplayReproducesClosedWindowsAndLossBeyondIsMeas
               "mean KL(standard||unlimited) %.4f nats, max %.4f\n",
               static_cast<long long>(W), static_cast<long long>(W + 64), static_cast<long long>(2 * W - 2), steps, agree, steps,
               100.0 * agree / std::max(1, steps), kl_sum / std::max(1, steps), kl_max);
+  std::printf("[unlimited-context] sink=0: top-1 agreement %d/%d, mean KL %.4f nats\n", agree0, steps,
+              kl0_sum / std::max(1, steps));
+  EXPECT_NE(kl0_sum, kl_sum);  // the sink changes what global layers see
   std::printf("[unlimited-context] memory at %lld tokens: hot %zu B, cold %zu B (%.1f B/token total; standard hot %zu B)\n",
               static_cast<long long>(u.n_past()), m.hot_bytes, m.cold_bytes,
               double(m.hot_bytes + m.cold_bytes) / u.n_past(), st.memory().hot_bytes);
