@@ -169,7 +169,7 @@ const std::vector<EngineEntry>& engine_registry() {
        {"turbo_quant", "turboquant", "tq4", "tq3"},
        {{"bits", KeyType::Enum, "4", "bits per K/V coordinate (tq3 = bits=3, tq4 = bits=4)", {"3", "4"}}},
        "K/V quantised in place: per head an f32 norm + WHT-rotated Lloyd-Max codes (3 or 4 bits)",
-       "lossy: mean per-row K/V cosine >= 0.99 (4-bit) / 0.98 (3-bit); top-1 agreement and KL vs standard reported",
+       "lossy: K/V cosine >= 0.99 on every row (4-bit), >= 0.98 on average (3-bit); top-1 and KL vs standard reported",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          return std::make_unique<TurboQuantEngine>(std::move(f), static_cast<int>(s.get_int("bits", 4)));
        },

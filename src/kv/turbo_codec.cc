@@ -29,6 +29,9 @@ const std::vector<float>& sign_table() {
   return t;
 }
 
+/// Gains tried by Codec::encode (1 = the plain Lloyd–Max codebook).
+constexpr float kScaleSearch[] = {0.8f, 0.85f, 0.9f, 0.95f, 1.0f, 1.05f, 1.1f, 1.15f, 1.2f, 1.3f, 1.4f};
+
 bool is_pow2(int64_t d) { return d >= 2 && (d & (d - 1)) == 0; }
 
 double phi(double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI); }
@@ -135,10 +138,37 @@ void Codec::encode(const float* x, uint8_t* out) const {
   const float inv = norm > 0 ? 1.0f / norm : 0.0f;
   for (int64_t i = 0; i < d_; ++i) u[static_cast<size_t>(i)] = x[i] * inv;
   rotate(u.data(), d_);
+  // Scale search: quantise u / s for a few gains s and keep the indices whose levels point
+  // closest to u (highest cosine). A row whose rotated coordinates are not quite N(0, 1/D) —
+  // heavier tails, or flatter — is served by a stretched or shrunk codebook. The stored norm is
+  // then the least-squares gain ‖x‖·<u, L>/<L, L> for the chosen levels L, so the decoded vector
+  // is the closest multiple of L to x.
+  thread_local std::vector<uint8_t> trial;
+  trial.resize(static_cast<size_t>(d_));
   const float* b0 = bounds_.data();
   const float* b1 = b0 + bounds_.size();
-  for (int64_t i = 0; i < d_; ++i)
-    idx[static_cast<size_t>(i)] = static_cast<uint8_t>(std::upper_bound(b0, b1, u[static_cast<size_t>(i)]) - b0);
+  double best_cos = -2, best_dot = 0, best_ll = 0;
+  for (const float s : kScaleSearch) {
+    const float inv_s = 1.0f / s;
+    double dot = 0, ll = 0;
+    for (int64_t i = 0; i < d_; ++i) {
+      const float ui = u[static_cast<size_t>(i)];
+      const auto q = static_cast<uint8_t>(std::upper_bound(b0, b1, ui * inv_s) - b0);
+      trial[static_cast<size_t>(i)] = q;
+      const double l = levels_[q];
+      dot += l * ui;
+      ll += l * l;
+    }
+    const double cos = ll > 0 ? dot / std::sqrt(ll) : -1;  // ‖u‖ = 1
+    if (cos > best_cos) {
+      best_cos = cos;
+      best_dot = dot;
+      best_ll = ll;
+      idx.swap(trial);
+      trial.resize(static_cast<size_t>(d_));
+    }
+  }
+  if (norm > 0 && best_ll > 0) norm = static_cast<float>(norm * best_dot / best_ll);
   std::memcpy(out, &norm, 4);
   pack_indices(idx.data(), d_, bits_, out + 4);
 }

@@ -12,7 +12,7 @@
 namespace larql {
 
 /// Canonical state: per layer, per position, per KV head, the K row and the V row of that head
-/// (head_dim floats each, post-RoPE K as standard keeps it) encoded by turbo::Codec: f32 norm +
+/// (head_dim floats each, post-RoPE K as standard keeps it) encoded by turbo::Codec: f32 gain +
 /// head_dim packed `bits`-bit indices — 132 bytes per 256-float head at 4 bits, 100 at 3 bits
 /// (f16 would take 512). Sliding layers keep only their model window; global layers keep every
 /// position. There is no derivative state and no f32 copy.
@@ -22,7 +22,7 @@ namespace larql {
 /// exactly (as the reference system did: a prompt attends to itself at full precision, so a
 /// prefill of up to Forward::kChunk tokens gives standard's logits; every later step attends to
 /// quantised history). Attention runs in the rotated domain through Forward::attend: q is rotated
-/// once per head (R·q), stored rows are decoded to norm·levels (no inverse transform per row),
+/// once per head (R·q), stored rows are decoded to gain·levels (no inverse transform per row),
 /// and the attention output is rotated back (R is orthonormal and self-inverse, so
 /// q·k = (Rq)·(Rk) and Σ p·v = R·Σ p·(Rv)).
 ///

@@ -220,7 +220,8 @@ TEST(TurboCodec, LloydMaxMatchesPublished) {
 
 TEST(TurboCodec, RandomVectorsHaveTheGaussianDistortion) {
   // For a random direction the rotated coordinates are ~N(0, 1/D), so the relative squared error
-  // ‖x − x̂‖²/‖x‖² is about the Lloyd-Max distortion (0.0095 / 0.0345), and the norm is exact.
+  // ‖x − x̂‖²/‖x‖² is about the Lloyd-Max distortion (0.0095 / 0.0345) or a little below it
+  // (the encoder's scale search only ever picks a closer direction).
   std::mt19937 rng(11);
   std::normal_distribution<float> n01;
   for (int bits : {3, 4}) {
@@ -241,14 +242,20 @@ TEST(TurboCodec, RandomVectorsHaveTheGaussianDistortion) {
       }
       err += e / nn / reps;
       min_cos = std::min(min_cos, cosine(x.data(), y.data(), 256));
-      float norm;
-      std::memcpy(&norm, enc.data(), 4);
-      EXPECT_NEAR(norm, std::sqrt(nn), 1e-3 * std::sqrt(nn));
+      // The stored gain is the least-squares scale of the chosen levels: the error x - y is
+      // orthogonal to y, and ‖y‖ is within the distortion of ‖x‖.
+      double yy = 0;
+      for (int i = 0; i < 256; ++i) yy += static_cast<double>(y[i]) * y[i];
+      EXPECT_NEAR(std::sqrt(yy), std::sqrt(nn), 0.05 * std::sqrt(nn));
+      double ortho = 0;
+      for (int i = 0; i < 256; ++i) ortho += (x[i] - y[i]) * static_cast<double>(y[i]);
+      EXPECT_NEAR(ortho, 0.0, 1e-4 * nn);
       turbo::rotate(yr.data(), 256);  // decode = R · decode_rotated
       for (int i = 0; i < 256; ++i) EXPECT_NEAR(yr[i], y[i], 1e-5);
     }
     std::printf("[turbo] %d-bit random vectors: relative squared error %.5f, min cosine %.5f\n", bits, err, min_cos);
-    EXPECT_NEAR(err, bits == 3 ? 0.0345 : 0.0095, bits == 3 ? 0.004 : 0.0012);
+    EXPECT_LE(err, bits == 3 ? 0.0345 : 0.0095);
+    EXPECT_GE(err, bits == 3 ? 0.028 : 0.0078);
     EXPECT_GE(min_cos, bits == 3 ? 0.97 : 0.99);
   }
   // Zero vector: norm 0, decodes to zeros.
@@ -516,11 +523,13 @@ TEST(TurboQuantRealModel, PerRowCosineOfDecodedKV) {
       std::printf("[turbo] real %s, %d-bit: %zu rows (%zu tokens x %lld layers), cosine mean %.5f, p1 %.5f, min %.5f\n",
                   kind == 0 ? "K" : "V", bits, cos.size(), ids.size(), static_cast<long long>(c.n_layers), mean,
                   cos[cos.size() / 100], cos.front());
-      // The contract bound holds for the mean row; single rows dip lower (the per-row squared
-      // error is an average of head_dim coordinate errors, so it scatters around its mean).
-      EXPECT_GE(mean, bits == 4 ? 0.99 : 0.98) << (kind == 0 ? "K" : "V") << " " << bits << "-bit mean";
-      EXPECT_GE(cos[cos.size() / 100], bits == 4 ? 0.99 : 0.97) << (kind == 0 ? "K" : "V") << " " << bits << "-bit p1";
-      EXPECT_GE(cos.front(), bits == 4 ? 0.98 : 0.95) << (kind == 0 ? "K" : "V") << " " << bits << "-bit min";
+      // 4-bit: the contract holds for every row. 3-bit: it holds for the mean row; single rows
+      // dip to ~0.97 — the Gaussian Lloyd-Max bound for the mean row is 0.983 (distortion
+      // 0.0345), and a row's error is an average of head_dim coordinate errors that scatters
+      // around that mean, so a per-row 0.98 is out of reach for any 3-bit scalar codebook.
+      const char* what = kind == 0 ? "K" : "V";
+      EXPECT_GE(mean, bits == 4 ? 0.99 : 0.98) << what << " " << bits << "-bit mean";
+      EXPECT_GE(cos.front(), bits == 4 ? 0.99 : 0.965) << what << " " << bits << "-bit min";
     }
   }
 }
