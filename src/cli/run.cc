@@ -115,20 +115,31 @@ void run(RunArgs& a) {
   }
   profile::set_enabled(a.profile);
   profile::reset();
-  GenerateResult r = generate(*engine, *l.forward, l.tokenizer, ids, opt, sink);
+  GenerateResult r;
+  try {
+    r = generate(*engine, *l.forward, l.tokenizer, ids, opt, sink);
+  } catch (...) {
+    if (!a.json) std::fputs("\n", stdout);  // end the echoed prompt's line before the error
+    std::fflush(stdout);
+    throw;
+  }
   const profile::Totals prof = profile::totals();
   if (!a.save_state.empty()) engine->save_state(a.save_state);
   if (a.json) {
     nlohmann::json j = {{"prompt_ids", r.prompt_ids}, {"ids", r.ids}, {"text", r.text},
                         {"stop_reason", r.stop_reason}, {"engine", spec.to_string()},
-                        {"prefill_tok_s", r.prefill_tok_s()}, {"decode_tok_s", r.decode_tok_s()}};
+                        {"prefill_tokens", r.prefill_tokens}, {"prefill_tok_s", r.prefill_tok_s()},
+                        {"decode_tok_s", r.decode_tok_s()}};
     if (a.profile) j["profile"] = profile_json(prof, r);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
     std::fflush(stdout);
-    std::fprintf(stderr, "[%zu prompt tokens | prefill %.1f tok/s | %zu generated | decode %.1f tok/s | engine %s]\n",
-                 r.prompt_ids.size(), r.prefill_tok_s(), r.ids.size(), r.decode_tok_s(), spec.to_string().c_str());
+    const std::string ran = r.prefill_tokens != static_cast<int64_t>(r.prompt_ids.size())
+                                ? " (engine context " + std::to_string(r.prefill_tokens) + ")"
+                                : "";
+    std::fprintf(stderr, "[%zu prompt tokens%s | prefill %.1f tok/s | %zu generated | decode %.1f tok/s | engine %s]\n",
+                 r.prompt_ids.size(), ran.c_str(), r.prefill_tok_s(), r.ids.size(), r.decode_tok_s(), spec.to_string().c_str());
     if (a.profile) print_profile(prof, r);
   }
 }

@@ -51,8 +51,10 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
   if (opt.continue_sequence && engine.n_past() > 0) {
     if (prompt.empty()) throw Error(ErrorKind::EmptyPrompt, "generate: nothing to continue with");
     for (int32_t id : prompt) h = engine.decode_step(id);
+    r.prefill_tokens = static_cast<int64_t>(prompt.size());
   } else {
     h = engine.prefill(prompt);
+    r.prefill_tokens = engine.n_past();
   }
   forward.logits(h.data(), 1, logits.data());
   r.prefill_seconds = now_s() - t0;

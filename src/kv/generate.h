@@ -31,7 +31,10 @@ struct GenerateResult {
   double prefill_seconds = 0;
   double decode_seconds = 0;
   int64_t decoded = 0;          ///< decode_step calls
-  double prefill_tok_s() const { return prefill_seconds > 0 ? prompt_ids.size() / prefill_seconds : 0; }
+  /// Tokens the engine ran in prefill: the prompt, or more for an engine that builds its own
+  /// context (apollo prefills a retrieved passage plus the prompt).
+  int64_t prefill_tokens = 0;
+  double prefill_tok_s() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tok_s() const { return decode_seconds > 0 ? decoded / decode_seconds : 0; }
 };
 
