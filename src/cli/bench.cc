@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -95,7 +96,8 @@ void run(const BenchArgs& a) {
       l.forward->logits(h.data(), 1, logits.data());
       r.prefill_tok_s = a.prompt_tokens / (now_s() - t0);
       std::vector<float> hr = reference ? reference->prefill(ids) : std::vector<float>();
-      double decode_s = 0, kl_sum = 0;
+      double kl_sum = 0;
+      std::vector<double> step_s;  // wall time of each decode step (+ its logits)
       int64_t agree = 0;
       for (int64_t i = 0; i < steps; ++i) {
         if (reference) {
@@ -116,12 +118,18 @@ void run(const BenchArgs& a) {
         t0 = now_s();
         h = engine->decode_step(next);
         l.forward->logits(h.data(), 1, logits.data());
-        decode_s += now_s() - t0;
+        step_s.push_back(now_s() - t0);
         if (reference) hr = reference->decode_step(next);
       }
       r.steps = steps;
-      r.decode_tok_s = steps > 1 ? (steps - 1) / decode_s : 0;
-      r.ms_per_token = steps > 1 ? 1000.0 * decode_s / (steps - 1) : 0;
+      // The median step: robust to the bursts of a shared machine (neighbours, page cache).
+      if (!step_s.empty()) {
+        std::sort(step_s.begin(), step_s.end());
+        const size_t m = step_s.size();
+        const double median = m % 2 ? step_s[m / 2] : 0.5 * (step_s[m / 2 - 1] + step_s[m / 2]);
+        r.decode_tok_s = 1.0 / median;
+        r.ms_per_token = 1000.0 * median;
+      }
       r.mean_kl = kl_sum / steps;
       r.top1 = static_cast<double>(agree) / steps;
       const EngineMemory m = engine->memory();

@@ -19,14 +19,7 @@ CachedResidualEngine::CachedResidualEngine(std::shared_ptr<Forward> forward, int
   if (static_cast<int64_t>(policy_.size()) != c.n_layers)
     throw Error(ErrorKind::InvariantViolation, id_.name + ": policy has " + std::to_string(policy_.size()) +
                                                    " layers, the model " + std::to_string(c.n_layers));
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
-    const int64_t retain = lc.sliding ? std::max<int64_t>(1, lc.window - 1) : 0;
-    int64_t keep = window_;
-    if (retain > 0) keep = keep > 0 ? std::min(keep, retain) : retain;
-    kv_keep_.push_back(keep);
-    retain_.push_back(retain);
-  }
+  tiers_ = ResidualTierLimits(c, window_);
   for (int64_t li = 0; li < c.n_layers; ++li) layers_.push_back(fresh_layer(li));
 }
 
@@ -36,23 +29,13 @@ CachedResidualEngine::Layer CachedResidualEngine::fresh_layer(int64_t li) const 
           RowStore<uint32_t>(cold_codec_words(policy_[static_cast<size_t>(li)], c.hidden))};
 }
 
-int64_t CachedResidualEngine::retain_lo(int64_t li, int64_t n) const {
-  const int64_t retain = retain_[static_cast<size_t>(li)];
-  return retain > 0 ? std::max<int64_t>(0, n - retain) : 0;
-}
-
-int64_t CachedResidualEngine::hot_lo(int64_t li, int64_t n) const {
-  const int64_t keep = kv_keep_[static_cast<size_t>(li)];
-  return keep > 0 ? std::max<int64_t>(0, n - keep) : 0;
-}
-
 void CachedResidualEngine::settle(int64_t n, bool rederive) {
   const ModelConfig& c = fwd_->config();
   std::vector<uint32_t> enc;
   for (int64_t li = 0; li < c.n_layers; ++li) {
     Layer& L = layers_[static_cast<size_t>(li)];
     const ColdCodec codec = policy_[static_cast<size_t>(li)];
-    const int64_t keep_lo = retain_lo(li, n), lo = hot_lo(li, n);
+    const int64_t keep_lo = tiers_.retain_lo(li, n), lo = tiers_.hot_lo(li, n);
     L.cold.drop_before(keep_lo);
     L.k.drop_before(keep_lo);
     L.v.drop_before(keep_lo);
@@ -206,15 +189,7 @@ EngineMemory CachedResidualEngine::memory() const {
 void CachedResidualEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
   StateWriter w(path, {id_.name, info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_)});
-  for (const Layer& L : layers_) {
-    w.u64(static_cast<uint64_t>(L.cold.first_pos()));
-    w.u64(static_cast<uint64_t>(L.cold.rows()));
-    if (L.cold.rows() > 0)
-      w.floats(reinterpret_cast<const float*>(L.cold.at(L.cold.first_pos())), static_cast<size_t>(L.cold.rows() * L.cold.width()));
-    w.u64(static_cast<uint64_t>(L.hot.first_pos()));
-    w.u64(static_cast<uint64_t>(L.hot.rows()));
-    if (L.hot.rows() > 0) w.floats(L.hot.at(L.hot.first_pos()), static_cast<size_t>(L.hot.rows() * L.hot.width()));
-  }
+  for (const Layer& L : layers_) write_residual_tiers(w, L.cold, L.hot);
   w.close();
 }
 
@@ -229,22 +204,8 @@ void CachedResidualEngine::load_state(const std::string& path) {
   for (int64_t li = 0; li < c.n_layers; ++li) layers.push_back(fresh_layer(li));
   for (int64_t li = 0; li < c.n_layers; ++li) {
     Layer& L = layers[static_cast<size_t>(li)];
-    const int64_t want_cold = retain_lo(li, n), want_hot = hot_lo(li, n);
-    const uint64_t cold_first = r.u64(), cold_rows = r.u64();
-    if (cold_first != static_cast<uint64_t>(want_cold) || cold_first + cold_rows != static_cast<uint64_t>(want_hot))
-      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(li) + " cold rows do not match the tiers at n_past " +
-                                         std::to_string(n));
-    std::vector<uint32_t> words(static_cast<size_t>(cold_rows * static_cast<uint64_t>(L.cold.width())));
-    r.floats(reinterpret_cast<float*>(words.data()), words.size());
-    L.cold.reset_to(want_cold);
-    L.cold.append(words.data(), static_cast<int64_t>(cold_rows));
-    const uint64_t hot_first = r.u64(), hot_rows = r.u64();
-    if (hot_first != static_cast<uint64_t>(want_hot) || hot_first + hot_rows != h.n_past)
-      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(li) + " hot rows do not end at n_past");
-    std::vector<float> res(static_cast<size_t>(hot_rows * static_cast<uint64_t>(c.hidden)));
-    r.floats(res.data(), res.size());
-    L.hot.reset_to(want_hot);
-    L.hot.append(res.data(), static_cast<int64_t>(hot_rows));
+    const int64_t want_cold = tiers_.retain_lo(li, n), want_hot = tiers_.hot_lo(li, n);
+    read_residual_tiers(r, li, want_cold, want_hot, n, L.cold, L.hot);
     // K/V (derivative): cold rows from the round-tripped residuals, hot rows from the residuals.
     const int64_t total = n - want_cold;
     std::vector<float> k(static_cast<size_t>(total * c.kv_dim())), v(k.size());

@@ -73,8 +73,6 @@ class CachedResidualEngine : public Engine {
     RowStore<uint32_t> cold;  ///< canonical: encoded residuals, [cold.first_pos(), hot.first_pos())
   };
   Layer fresh_layer(int64_t li) const;
-  int64_t retain_lo(int64_t li, int64_t n) const;
-  int64_t hot_lo(int64_t li, int64_t n) const;
   /// Move rows leaving the hot tier into the cold tier; with `rederive`, replace their cached
   /// K/V by K/V derived from the round-tripped residual. Drop rows no layer can attend to.
   void settle(int64_t n, bool rederive);
@@ -86,7 +84,7 @@ class CachedResidualEngine : public Engine {
   std::vector<ColdCodec> policy_;
   ResidualEngineIdentity id_;
   std::string note_;
-  std::vector<int64_t> kv_keep_, retain_;
+  ResidualTierLimits tiers_;
   std::vector<Layer> layers_;
   int64_t n_past_ = 0;
   bool started_ = false;

@@ -10,15 +10,6 @@
 
 namespace larql {
 
-const char* cold_codec_name(ColdCodec codec) {
-  switch (codec) {
-    case ColdCodec::F32: return "f32";
-    case ColdCodec::Bf16: return "bf16";
-    case ColdCodec::Int8: return "int8";
-  }
-  return "?";
-}
-
 bool MarkovRsEngine::residual_is_sufficient(const ModelConfig& c, std::string* why) {
   // Architectures whose layers satisfy (a)-(c) of the header comment. Gemma 3: K/V of layer l
   // = rope(k_norm(Wk attn_norm(x_l)), pos, base_l, scale_l), V likewise without rope/norm;
@@ -48,15 +39,7 @@ MarkovRsEngine::MarkovRsEngine(std::shared_ptr<Forward> forward, int64_t window,
     case ColdCodec::Bf16: words_per_row_ = (c.hidden + 1) / 2; break;
     case ColdCodec::Int8: words_per_row_ = 1 + (c.hidden + 3) / 4; break;
   }
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
-    // Sliding: the next query at position n sees [n - window + 1, n], so window - 1 old rows.
-    const int64_t retain = lc.sliding ? std::max<int64_t>(1, lc.window - 1) : 0;
-    int64_t keep = window_;
-    if (retain > 0) keep = keep > 0 ? std::min(keep, retain) : retain;
-    kv_keep_.push_back(keep);
-    retain_.push_back(retain);
-  }
+  tiers_ = ResidualTierLimits(c, window_);
   layers_ = fresh_layers();
 }
 
@@ -66,73 +49,9 @@ std::vector<MarkovRsEngine::Layer> MarkovRsEngine::fresh_layers() const {
   const ModelConfig& c = fwd_->config();
   std::vector<Layer> out;
   for (int64_t li = 0; li < c.n_layers; ++li)
-    out.push_back({LayerKv(c.kv_dim(), kv_keep_[static_cast<size_t>(li)]), RowStore<float>(c.hidden),
+    out.push_back({LayerKv(c.kv_dim(), tiers_.kv_keep[static_cast<size_t>(li)]), RowStore<float>(c.hidden),
                    RowStore<uint32_t>(words_per_row_)});
   return out;
-}
-
-int64_t MarkovRsEngine::retain_lo(int64_t li, int64_t n) const {
-  const int64_t retain = retain_[static_cast<size_t>(li)];
-  return retain > 0 ? std::max<int64_t>(0, n - retain) : 0;
-}
-
-int64_t MarkovRsEngine::hot_lo(int64_t li, int64_t n) const {
-  const int64_t keep = kv_keep_[static_cast<size_t>(li)];
-  return keep > 0 ? std::max<int64_t>(0, n - keep) : 0;
-}
-
-int64_t cold_codec_words(ColdCodec codec, int64_t hidden) {
-  switch (codec) {
-    case ColdCodec::F32: return hidden;
-    case ColdCodec::Bf16: return (hidden + 1) / 2;
-    case ColdCodec::Int8: return 1 + (hidden + 3) / 4;
-  }
-  return hidden;
-}
-
-void encode_cold_row(ColdCodec codec, int64_t H, const float* x, uint32_t* out) {
-  const int64_t words_per_row_ = cold_codec_words(codec, H);
-  switch (codec) {
-    case ColdCodec::F32: std::memcpy(out, x, static_cast<size_t>(H) * 4); break;
-    case ColdCodec::Bf16: {
-      std::fill(out, out + words_per_row_, 0u);
-      for (int64_t i = 0; i < H; ++i)
-        out[i / 2] |= static_cast<uint32_t>(f32_to_bf16(x[i])) << (16 * (i % 2));
-      break;
-    }
-    case ColdCodec::Int8: {
-      float amax = 0;
-      for (int64_t i = 0; i < H; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const float scale = amax / 127.0f;
-      std::memcpy(out, &scale, 4);
-      uint32_t* q = out + 1;
-      std::fill(q, q + (words_per_row_ - 1), 0u);
-      for (int64_t i = 0; i < H; ++i) {
-        float r = scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f;
-        r = std::clamp(r, -127.0f, 127.0f);
-        const auto b = static_cast<uint8_t>(static_cast<int8_t>(r));
-        q[i / 4] |= static_cast<uint32_t>(b) << (8 * (i % 4));
-      }
-      break;
-    }
-  }
-}
-
-void decode_cold_row(ColdCodec codec, int64_t H, const uint32_t* in, float* x) {
-  switch (codec) {
-    case ColdCodec::F32: std::memcpy(x, in, static_cast<size_t>(H) * 4); break;
-    case ColdCodec::Bf16:
-      for (int64_t i = 0; i < H; ++i) x[i] = bf16_to_f32(static_cast<uint16_t>(in[i / 2] >> (16 * (i % 2))));
-      break;
-    case ColdCodec::Int8: {
-      float scale;
-      std::memcpy(&scale, in, 4);
-      const uint32_t* q = in + 1;
-      for (int64_t i = 0; i < H; ++i)
-        x[i] = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(q[i / 4] >> (8 * (i % 4))))) * scale;
-      break;
-    }
-  }
 }
 
 void MarkovRsEngine::encode_row(const float* x, uint32_t* out) const {
@@ -147,7 +66,7 @@ void MarkovRsEngine::settle(std::vector<Layer>& layers, int64_t n) const {
   std::vector<uint32_t> enc(static_cast<size_t>(words_per_row_));
   for (int64_t li = 0; li < static_cast<int64_t>(layers.size()); ++li) {
     Layer& L = layers[static_cast<size_t>(li)];
-    const int64_t keep_lo = retain_lo(li, n), lo = hot_lo(li, n);
+    const int64_t keep_lo = tiers_.retain_lo(li, n), lo = tiers_.hot_lo(li, n);
     L.cold.drop_before(keep_lo);  // first, so rows moved below land right after what is left
     if (L.hot.first_pos() < lo) {
       for (int64_t pos = std::max(L.hot.first_pos(), keep_lo); pos < lo; ++pos) {
@@ -277,16 +196,7 @@ EngineMemory MarkovRsEngine::memory() const {
 void MarkovRsEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
   StateWriter w(path, {name(), info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_)});
-  for (const Layer& L : layers_) {
-    w.u64(static_cast<uint64_t>(L.cold.first_pos()));
-    w.u64(static_cast<uint64_t>(L.cold.rows()));
-    if (L.cold.rows() > 0)  // encoded words, written bit for bit
-      w.floats(reinterpret_cast<const float*>(L.cold.at(L.cold.first_pos())),
-               static_cast<size_t>(L.cold.rows() * words_per_row_));
-    w.u64(static_cast<uint64_t>(L.hot.first_pos()));
-    w.u64(static_cast<uint64_t>(L.hot.rows()));
-    if (L.hot.rows() > 0) w.floats(L.hot.at(L.hot.first_pos()), static_cast<size_t>(L.hot.rows() * L.hot.width()));
-  }
+  for (const Layer& L : layers_) write_residual_tiers(w, L.cold, L.hot);
   w.close();
 }
 
@@ -303,29 +213,16 @@ void MarkovRsEngine::load_state(const std::string& path) {
   std::vector<float> k, v;
   for (int64_t li = 0; li < c.n_layers; ++li) {
     Layer& L = layers[static_cast<size_t>(li)];
-    const int64_t want_cold = retain_lo(li, n), want_hot = hot_lo(li, n);
-    const uint64_t cold_first = r.u64(), cold_rows = r.u64();
-    if (cold_first != static_cast<uint64_t>(want_cold) || cold_first + cold_rows != static_cast<uint64_t>(want_hot))
-      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(li) + " cold rows [" + std::to_string(cold_first) +
-                                         ", +" + std::to_string(cold_rows) + ") do not match the tiers at n_past " +
-                                         std::to_string(n));
-    std::vector<uint32_t> words(static_cast<size_t>(cold_rows * static_cast<uint64_t>(words_per_row_)));
-    r.floats(reinterpret_cast<float*>(words.data()), words.size());
-    L.cold.reset_to(want_cold);
-    L.cold.append(words.data(), static_cast<int64_t>(cold_rows));
-    const uint64_t hot_first = r.u64(), hot_rows = r.u64();
-    if (hot_first != static_cast<uint64_t>(want_hot) || hot_first + hot_rows != h.n_past)
-      throw Error(ErrorKind::Format, path + ": layer " + std::to_string(li) + " hot rows do not end at n_past");
-    std::vector<float> res(static_cast<size_t>(hot_rows * static_cast<uint64_t>(c.hidden)));
-    r.floats(res.data(), res.size());
-    L.hot.reset_to(want_hot);
-    L.hot.append(res.data(), static_cast<int64_t>(hot_rows));
+    const int64_t want_cold = tiers_.retain_lo(li, n), want_hot = tiers_.hot_lo(li, n);
+    read_residual_tiers(r, li, want_cold, want_hot, n, L.cold, L.hot);
+    const int64_t hot_rows = L.hot.rows();
+    const float* res = hot_rows > 0 ? L.hot.at(want_hot) : nullptr;
     // Re-derive the hot K/V (derivative state) from the residuals.
-    k.resize(static_cast<size_t>(hot_rows * static_cast<uint64_t>(c.kv_dim())));
+    k.resize(static_cast<size_t>(hot_rows * c.kv_dim()));
     v.resize(k.size());
-    derive_kv(li, res.data(), static_cast<int64_t>(hot_rows), want_hot, k.data(), v.data());
+    if (hot_rows > 0) derive_kv(li, res, hot_rows, want_hot, k.data(), v.data());
     L.kv.reset_to(want_hot);
-    L.kv.append(k.data(), v.data(), static_cast<int64_t>(hot_rows));
+    L.kv.append(k.data(), v.data(), hot_rows);
   }
   r.expect_end();
   layers_ = std::move(layers);

@@ -12,65 +12,9 @@
 #include "inference/forward.h"
 #include "inference/kv_cache.h"
 #include "kv/engine.h"
+#include "kv/residual_tiers.h"
 
 namespace larql {
-
-/// How cold residual rows are stored.
-///   F32  — exact (markov-rs), 4 bytes/element.
-///   Bf16 — round-to-nearest-even bf16 (util/half.h), 2 bytes/element.
-///   Int8 — symmetric per row: scale = max|x| / 127 (f32), q = round-half-even(x / scale)
-///          clamped to [-127, 127]; decode x = q * scale; 1 byte/element + 4 bytes/row.
-enum class ColdCodec { F32, Bf16, Int8 };
-
-/// "f32", "bf16", "int8".
-const char* cold_codec_name(ColdCodec codec);
-
-/// 32-bit words per encoded row of `hidden` elements (shared by markov-rs-codec and
-/// boundary-per-layer).
-int64_t cold_codec_words(ColdCodec codec, int64_t hidden);
-/// Encode one row x [hidden] into out [cold_codec_words] / decode it back (the round trip).
-void encode_cold_row(ColdCodec codec, int64_t hidden, const float* x, uint32_t* out);
-void decode_cold_row(ColdCodec codec, int64_t hidden, const uint32_t* in, float* x);
-
-/// Rows of fixed width at absolute positions [first_pos(), end_pos()); appends at the end and
-/// drops from the front in amortised O(1) per row. Logical rows only are counted in bytes().
-template <class T>
-class RowStore {
- public:
-  RowStore() = default;
-  explicit RowStore(int64_t width) : width_(width) {}
-  int64_t width() const { return width_; }
-  int64_t first_pos() const { return first_ + start_; }
-  int64_t end_pos() const { return first_ + static_cast<int64_t>(data_.size()) / width_; }
-  int64_t rows() const { return end_pos() - first_pos(); }
-  const T* at(int64_t pos) const { return data_.data() + (pos - first_) * width_; }
-  T* mut_at(int64_t pos) { return data_.data() + (pos - first_) * width_; }
-  size_t bytes() const { return static_cast<size_t>(rows() * width_) * sizeof(T); }
-  /// Append n rows [n, width] at end_pos().
-  void append(const T* rows, int64_t n) { data_.insert(data_.end(), rows, rows + n * width_); }
-  /// Empty the store; the next append lands at `pos`.
-  void reset_to(int64_t pos) {
-    data_.clear();
-    first_ = pos;
-    start_ = 0;
-  }
-  /// Drop every row at a position < pos.
-  void drop_before(int64_t pos) {
-    if (pos <= first_pos()) return;
-    start_ = std::min(pos, end_pos()) - first_;
-    if (start_ > 0 && start_ >= rows()) {  // compact once the dead prefix is as large as the live part
-      data_.erase(data_.begin(), data_.begin() + static_cast<std::ptrdiff_t>(start_ * width_));
-      first_ += start_;
-      start_ = 0;
-    }
-  }
-
- private:
-  int64_t width_ = 1;
-  int64_t first_ = 0;  ///< position of data_[0]
-  int64_t start_ = 0;  ///< logically dropped rows at the front
-  std::vector<T> data_;
-};
 
 /// Canonical state: the residual stream — for every layer, the residual entering that layer
 /// ([hidden] f32 per position), kept only where the contract needs it:
@@ -127,10 +71,6 @@ class MarkovRsEngine : public Engine {
     RowStore<uint32_t> cold;  ///< canonical: encoded residuals, positions [cold.first_pos(), hot.first_pos())
   };
   std::vector<Layer> fresh_layers() const;
-  /// First position layer li must keep a residual for once n tokens are consumed (0 for global).
-  int64_t retain_lo(int64_t li, int64_t n) const;
-  /// First hot position of layer li at n tokens.
-  int64_t hot_lo(int64_t li, int64_t n) const;
   /// Move rows leaving the hot tier into the cold tier (encoded) or drop them; drop cold rows no
   /// longer needed; evict K/V.
   void settle(std::vector<Layer>& layers, int64_t n) const;
@@ -144,8 +84,7 @@ class MarkovRsEngine : public Engine {
   int64_t window_;
   ColdCodec codec_;
   int64_t words_per_row_;
-  std::vector<int64_t> kv_keep_;  ///< per layer: hot rows kept (0 = all)
-  std::vector<int64_t> retain_;   ///< per layer: residual rows kept at all (0 = all: global layers)
+  ResidualTierLimits tiers_;
   std::vector<Layer> layers_;
   int64_t n_past_ = 0;
   bool started_ = false;

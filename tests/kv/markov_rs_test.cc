@@ -13,6 +13,7 @@
 #include "kv/markov_rs.h"
 #include "kv/no_cache.h"
 #include "kv/registry.h"
+#include "testlib/engine_testing.h"
 #include "kv/standard.h"
 #include "model/model.h"
 #include "testlib/synthetic_model.h"
@@ -274,15 +275,7 @@ TEST(MarkovRsRegistry, NamesAliasesAndKeys) {
   const auto list = parse_engine_list("no-cache,markov-rs:window=8,markov-rs-codec:codec=bf16,window=4");
   ASSERT_EQ(list.size(), 3u);
   EXPECT_EQ(list[2].params.at("window"), "4");
-  auto bad = [](const std::string& spec, const std::vector<std::string>& needles) {
-    try {
-      parse_engine_spec(spec);
-      ADD_FAILURE() << "accepted " << spec;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
-      for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-    }
-  };
+  const auto bad = testing::expect_bad_spec;
   bad("markov-rs-codec:codec=fp8", {"codec", "fp8", "bf16", "int8"});
   bad("markov-rs:codec=bf16", {"codec", "window"});
   bad("no-cache:window=4", {"window", "none"});

@@ -280,15 +280,7 @@ TEST(TurboQuantRegistry, AliasesBitsAndPresets) {
   EXPECT_EQ(parse_engine_spec("tq3:bits=3").to_string(), "turbo-quant:bits=3");
   EXPECT_EQ(parse_engine_spec("turbo-quant:bits=3").get_int("bits", 4), 3);
   EXPECT_EQ(parse_engine_spec("turboquant").get_int("bits", 4), 4);
-  auto bad = [](const std::string& spec, const std::vector<std::string>& needles) {
-    try {
-      parse_engine_spec(spec);
-      ADD_FAILURE() << "accepted " << spec;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
-      for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
-    }
-  };
+  const auto bad = testing::expect_bad_spec;
   bad("turbo-quant:bits=5", {"bits", "5", "3, 4"});
   bad("tq4:bits=2", {"bits", "3, 4"});
   bad("tq3:bits=4", {"tq3", "bits=3", "bits=4"});

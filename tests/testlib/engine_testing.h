@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "inference/forward.h"
+#include "kv/registry.h"
 #include "util/error.h"
 
 namespace larql::testing {
@@ -22,6 +23,18 @@ void expect_error(ErrorKind kind, F&& f, const std::string& what = "") {
     ADD_FAILURE() << "no error (expected " << error_kind_name(kind) << ") " << what;
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), kind) << what << ": " << e.what() << " (got " << error_kind_name(e.kind()) << ")";
+  }
+}
+
+/// parse_engine_spec(spec) must fail with InvalidArgument, its message naming every needle.
+inline void expect_bad_spec(const std::string& spec, const std::vector<std::string>& needles) {
+  try {
+    parse_engine_spec(spec);
+    ADD_FAILURE() << "accepted " << spec;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << spec;
+    for (const auto& n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what() << " lacks " << n;
   }
 }
 
