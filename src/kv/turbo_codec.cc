@@ -143,20 +143,22 @@ void Codec::encode(const float* x, uint8_t* out) const {
   // heavier tails, or flatter — is served by a stretched or shrunk codebook. The stored norm is
   // then the least-squares gain ‖x‖·<u, L>/<L, L> for the chosen levels L, so the decoded vector
   // is the closest multiple of L to x.
-  thread_local std::vector<uint8_t> trial;
-  trial.resize(static_cast<size_t>(d_));
-  const float* b0 = bounds_.data();
-  const float* b1 = b0 + bounds_.size();
+  thread_local std::vector<int32_t> cnt;
+  cnt.resize(static_cast<size_t>(d_));
+  const auto nb = static_cast<int64_t>(bounds_.size());
   double best_cos = -2, best_dot = 0, best_ll = 0;
   for (const float s : kScaleSearch) {
-    const float inv_s = 1.0f / s;
+    // index = number of boundaries <= u/s = number of (s * boundary) <= u; boundary-major so the
+    // inner loop is a branch-free compare over the whole vector (vectorised).
+    std::fill(cnt.begin(), cnt.end(), 0);
+    for (int64_t j = 0; j < nb; ++j) {
+      const float b = bounds_[static_cast<size_t>(j)] * s;
+      for (int64_t i = 0; i < d_; ++i) cnt[static_cast<size_t>(i)] += u[static_cast<size_t>(i)] >= b ? 1 : 0;
+    }
     double dot = 0, ll = 0;
     for (int64_t i = 0; i < d_; ++i) {
-      const float ui = u[static_cast<size_t>(i)];
-      const auto q = static_cast<uint8_t>(std::upper_bound(b0, b1, ui * inv_s) - b0);
-      trial[static_cast<size_t>(i)] = q;
-      const double l = levels_[q];
-      dot += l * ui;
+      const double l = levels_[static_cast<size_t>(cnt[static_cast<size_t>(i)])];
+      dot += l * u[static_cast<size_t>(i)];
       ll += l * l;
     }
     const double cos = ll > 0 ? dot / std::sqrt(ll) : -1;  // ‖u‖ = 1
@@ -164,8 +166,7 @@ void Codec::encode(const float* x, uint8_t* out) const {
       best_cos = cos;
       best_dot = dot;
       best_ll = ll;
-      idx.swap(trial);
-      trial.resize(static_cast<size_t>(d_));
+      for (int64_t i = 0; i < d_; ++i) idx[static_cast<size_t>(i)] = static_cast<uint8_t>(cnt[static_cast<size_t>(i)]);
     }
   }
   if (norm > 0 && best_ll > 0) norm = static_cast<float>(norm * best_dot / best_ll);
