@@ -36,9 +36,18 @@ std::vector<QaItem> parse_qa_jsonl(const std::string& text) {
       throw Error(ErrorKind::Format, where + ": needs a string field \"question\"");
     QaItem q;
     q.question = j["question"].get<std::string>();
+    if (q.question.find_first_not_of(" \t\r\n") == std::string::npos)
+      throw Error(ErrorKind::Format, where + ": \"question\" is empty");
+    auto text = [&](const char* key, std::string& out) {
+      if (!j.contains(key)) return;
+      if (!j[key].is_string()) throw Error(ErrorKind::Format, where + ": \"" + key + "\" must be a string");
+      out = j[key].get<std::string>();
+    };
+    if (j.contains("miss") && !j["miss"].is_boolean())
+      throw Error(ErrorKind::Format, where + ": \"miss\" must be true or false");
     q.miss = j.value("miss", false);
-    if (j.contains("answer") && j["answer"].is_string()) q.answer = j["answer"].get<std::string>();
-    if (j.contains("evidence") && j["evidence"].is_string()) q.evidence = j["evidence"].get<std::string>();
+    text("answer", q.answer);
+    text("evidence", q.evidence);
     if (!q.miss && q.answer.empty()) throw Error(ErrorKind::Format, where + ": needs a non-empty \"answer\" (or \"miss\": true)");
     out.push_back(std::move(q));
   }
@@ -59,7 +68,7 @@ QaReport run_apollo_qa(std::shared_ptr<Forward> fwd, const Tokenizer& tok, Apoll
   rep.apollo_store_bytes = apollo.store().bytes();
   const std::string prefix = document + "\n\n";
   const std::vector<int32_t> prefix_ids = tok.encode(prefix, true, false);
-  rep.document_tokens = static_cast<int64_t>(prefix_ids.size());
+  rep.document_tokens = static_cast<int64_t>(apollo.store().doc.size());
   StandardEngine base(fwd, 0);
   if (with_standard) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -80,6 +89,7 @@ QaReport run_apollo_qa(std::shared_ptr<Forward> fwd, const Tokenizer& tok, Apoll
     QaResult r;
     r.question = q.question;
     r.miss = q.miss;
+    r.has_evidence = !q.evidence.empty();
     Case c;
     c.label = "question " + std::to_string(done + 1);
     c.prompt = qa_prompt(q.question);
@@ -126,7 +136,10 @@ QaReport run_apollo_qa(std::shared_ptr<Forward> fwd, const Tokenizer& tok, Apoll
       ++rep.answerable;
       rep.apollo_correct += r.apollo_correct ? 1 : 0;
       rep.standard_correct += r.standard_correct ? 1 : 0;
-      rep.retrieval_hits += r.retrieval_hit ? 1 : 0;
+      if (!q.evidence.empty()) {
+        ++rep.with_evidence;
+        rep.retrieval_hits += r.retrieval_hit ? 1 : 0;
+      }
       rep.false_misses += r.apollo_miss ? 1 : 0;
     }
     rep.items.push_back(std::move(r));

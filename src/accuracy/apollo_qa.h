@@ -27,7 +27,8 @@ struct QaItem {
 };
 
 /// One JSON object per line: {"question", "answer", ["evidence"], ["miss": true]}. Errors:
-/// Error{Format} naming the line (bad JSON, missing question, answer missing on a non-miss item).
+/// Error{Format} naming the line (bad JSON, a missing or empty question, a field of the wrong
+/// type, answer missing on a non-miss item).
 std::vector<QaItem> parse_qa_jsonl(const std::string& text);
 
 /// "Question: <q>\nAnswer:".
@@ -41,6 +42,7 @@ struct QaResult {
   bool apollo_miss = false;  ///< apollo raised RetrievalMiss
   int64_t window = -1;
   double coverage = 0;
+  bool has_evidence = false;   ///< the item gave an "evidence" text
   bool retrieval_hit = false;  ///< evidence inside the routed window (false without evidence)
   bool apollo_correct = false;
   double apollo_bits = 0;      ///< -log2 p(answer token)
@@ -53,14 +55,15 @@ struct QaResult {
 
 struct QaReport {
   std::vector<QaResult> items;
-  int64_t document_tokens = 0;
+  int64_t document_tokens = 0;          ///< the store's document (no BOS, no separator)
   double standard_prefill_seconds = 0;  ///< the document, once
   size_t standard_state_bytes = 0;      ///< K/V after the document
   size_t apollo_store_bytes = 0;
   size_t apollo_state_bytes = 0;        ///< K/V of the largest retrieved context
   bool with_standard = true;
   // Summaries over answerable (non-miss) questions.
-  int64_t answerable = 0, apollo_correct = 0, standard_correct = 0, retrieval_hits = 0;
+  int64_t answerable = 0, apollo_correct = 0, standard_correct = 0;
+  int64_t with_evidence = 0, retrieval_hits = 0;  ///< answerable questions with "evidence" / found
   int64_t misses = 0, misses_refused = 0;  ///< miss questions / of those, RetrievalMiss raised
   int64_t false_misses = 0;                ///< answerable questions apollo refused
 };

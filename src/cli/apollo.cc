@@ -28,22 +28,30 @@ struct BuildArgs {
 
 void build(const BuildArgs& a) {
   if (a.out.empty()) throw Error(ErrorKind::InvalidArgument, "apollo build: -o STORE is required");
+  std::error_code ec;
+  if (std::filesystem::equivalent(a.document, a.out, ec))
+    throw Error(ErrorKind::InvalidArgument, "apollo build: -o " + a.out + " is the document itself; refusing to overwrite it");
   const std::string text = read_text_file(a.document);
   const auto model = Model::load(resolve_model(a.model));
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
   const auto doc = tok.encode(text, false, false);
   const ApolloStore s = build_apollo_store(doc, tok, model->fingerprint(), a.window, a.stride);
+  if (s.entries.empty())
+    throw Error(ErrorKind::InvalidArgument, "apollo build: " + a.document +
+                                                " has no content words (only punctuation, whitespace or very common words); "
+                                                "no query could ever match it");
   save_apollo_store(s, a.out);
+  const auto file_bytes = std::filesystem::file_size(a.out);
   if (a.json) {
     nlohmann::json j = {{"store", a.out},           {"document", a.document}, {"tokens", s.doc.size()},
                         {"windows", s.windows.size()}, {"window_tokens", s.window_tokens}, {"stride", s.stride},
-                        {"entries", s.entries.size()}, {"bytes", s.bytes()}};
+                        {"entries", s.entries.size()}, {"bytes", file_bytes}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("%s: %zu tokens -> %zu windows of %lld tokens (stride %lld), %zu entries, %.1f KiB\n", a.out.c_str(),
-              s.doc.size(), s.windows.size(), (long long)s.window_tokens, (long long)s.stride, s.entries.size(),
-              s.bytes() / 1024.0);
+  std::printf("%s: %zu tokens -> %zu window%s of %lld tokens (stride %lld), %zu entries, %.1f KiB\n", a.out.c_str(),
+              s.doc.size(), s.windows.size(), s.windows.size() == 1 ? "" : "s", (long long)s.window_tokens,
+              (long long)s.stride, s.entries.size(), file_bytes / 1024.0);
 }
 
 struct EvalArgs {
@@ -58,9 +66,21 @@ void eval(const EvalArgs& a) {
   const std::string text = read_text_file(a.document);
   const auto items = accuracy::parse_qa_jsonl(read_text_file(a.questions));
   Loaded l = load(a.model, a.threads);
+  // Without --store: a temporary store (a fresh, exclusively created file), removed however
+  // this function ends.
+  struct TempFile {
+    std::string path;
+    ~TempFile() {
+      if (!path.empty()) std::remove(path.c_str());
+    }
+  } temp;
   std::string store = a.store;
-  if (store.empty()) {  // build a temporary store with the given window/stride
-    store = (std::filesystem::temp_directory_path() / ("larql-apollo-" + std::to_string(::getpid()) + ".store")).string();
+  if (store.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "larql-apollo-XXXXXX").string();
+    const int fd = ::mkstemp(tmpl.data());
+    if (fd < 0) throw Error(ErrorKind::Io, "apollo eval: cannot create a temporary store in " + tmpl);
+    ::close(fd);
+    temp.path = store = tmpl;
     save_apollo_store(build_apollo_store(l.tokenizer.encode(text, false, false), l.tokenizer, l.model->fingerprint(),
                                          a.window, a.stride),
                       store);
@@ -71,7 +91,6 @@ void eval(const EvalArgs& a) {
   o.coef = a.coef;
   o.top_k = a.top_k;
   ApolloEngine apollo(l.forward, o);
-  if (a.store.empty()) std::remove(store.c_str());
   Progress bar("apollo eval", static_cast<int64_t>(items.size()));
   const accuracy::QaReport r =
       accuracy::run_apollo_qa(l.forward, l.tokenizer, apollo, text, items, !a.no_standard,
@@ -88,7 +107,8 @@ void eval(const EvalArgs& a) {
                         {"document_tokens", r.document_tokens},
                         {"answerable", r.answerable},
                         {"apollo_accuracy", pct(r.apollo_correct, r.answerable) / 100},
-                        {"retrieval_hit_rate", pct(r.retrieval_hits, r.answerable) / 100},
+                        {"retrieval_hit_rate", pct(r.retrieval_hits, r.with_evidence) / 100},
+                        {"questions_with_evidence", r.with_evidence},
                         {"false_misses", r.false_misses},
                         {"misses", r.misses},
                         {"misses_refused", r.misses_refused},
@@ -102,10 +122,12 @@ void eval(const EvalArgs& a) {
                 {"standard_state_bytes", r.standard_state_bytes}});
     j["items"] = nlohmann::json::array();
     for (const auto& it : r.items) {
-      nlohmann::json q = {{"question", it.question}, {"miss", it.miss},         {"window", it.window},
-                          {"coverage", it.coverage}, {"retrieval_hit", it.retrieval_hit},
-                          {"apollo_correct", it.apollo_correct}, {"apollo_bits", it.apollo_bits}};
-      if (!it.apollo_error.empty()) q["apollo_error"] = it.apollo_error;
+      nlohmann::json q = {{"question", it.question}, {"miss", it.miss}, {"window", it.window}, {"coverage", it.coverage}};
+      if (it.has_evidence) q["retrieval_hit"] = it.retrieval_hit;
+      if (it.apollo_error.empty())
+        q.update({{"apollo_correct", it.apollo_correct}, {"apollo_bits", it.apollo_bits}});
+      else
+        q["apollo_error"] = it.apollo_error;
       if (r.with_standard && !it.miss) q.update({{"standard_correct", it.standard_correct}, {"standard_bits", it.standard_bits}});
       j["items"].push_back(q);
     }
@@ -116,14 +138,15 @@ void eval(const EvalArgs& a) {
   for (const auto& it : r.items) {
     std::string q = it.question.size() > 58 ? it.question.substr(0, 57) + "~" : it.question;
     std::printf("%-60s %6lld %4.0f%% %4s %7s %9s\n", q.c_str(), (long long)it.window, 100 * it.coverage,
-                it.miss ? "-" : it.retrieval_hit ? "yes" : "no",
+                it.miss || it.window < 0 || !it.has_evidence ? "-" : it.retrieval_hit ? "yes" : "no",
                 it.apollo_miss ? "miss" : !it.apollo_error.empty() ? "error" : it.miss ? "ANSWER" : it.apollo_correct ? "ok" : "wrong",
                 it.miss || !r.with_standard ? "-" : it.standard_correct ? "ok" : "wrong");
   }
-  std::printf("\n%lld answerable questions over a %lld-token document:\n", (long long)r.answerable,
-              (long long)r.document_tokens);
-  std::printf("  apollo   %5.1f%% correct (retrieval hits %.1f%%, %lld refused), %.0f ms/question, store %.1f KiB + K/V %.1f MiB\n",
-              pct(r.apollo_correct, r.answerable), pct(r.retrieval_hits, r.answerable), (long long)r.false_misses,
+  std::printf("\n%lld answerable question%s over a %lld-token document:\n", (long long)r.answerable,
+              r.answerable == 1 ? "" : "s", (long long)r.document_tokens);
+  std::printf("  apollo   %5.1f%% correct (retrieval hits %lld/%lld with evidence, %lld refused), %.0f ms/question, store %.1f KiB + K/V %.1f MiB\n",
+              pct(r.apollo_correct, r.answerable), (long long)r.retrieval_hits, (long long)r.with_evidence,
+              (long long)r.false_misses,
               n_apollo ? apollo_ms / n_apollo : 0.0, r.apollo_store_bytes / 1024.0, r.apollo_state_bytes / 1048576.0);
   if (r.with_standard)
     std::printf("  standard %5.1f%% correct, document prefill %.1f s + %.0f ms/question, K/V %.1f MiB\n",
@@ -160,9 +183,9 @@ void register_apollo(CLI::App& app) {
   v->add_option("-m,--model", e->model, "GGUF path or a name in models/")->capture_default_str();
   v->add_option("--window", e->window, "window tokens when building in memory")->capture_default_str()->check(CLI::Range(16, 8192));
   v->add_option("--stride", e->stride, "stride when building in memory")->capture_default_str()->check(CLI::Range(1, 8192));
-  v->add_option("--layer", e->layer, "injection layer (default: 7/8 of the layers)")->check(CLI::NonNegativeNumber);
-  v->add_option("--coef", e->coef, "injection scale (0 = none)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  v->add_option("--top-k", e->top_k, "entry tokens injected at most")->capture_default_str()->check(CLI::PositiveNumber);
+  v->add_option("--layer", e->layer, "injection layer, 0..n_layers-1 (default: 7/8 of the layers)")->check(CLI::Range(0, 4096));
+  v->add_option("--coef", e->coef, "injection scale (0 = none)")->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  v->add_option("--top-k", e->top_k, "entry tokens injected at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   v->add_flag("--no-standard", e->no_standard, "skip the whole-document standard baseline");
   add_threads_flag(v, e->threads);
   v->add_flag("--json", e->json, "one JSON object");

@@ -94,7 +94,7 @@ void run(const BenchArgs& a) {
       double t0 = now_s();
       auto h = engine->prefill(ids);
       l.forward->logits(h.data(), 1, logits.data());
-      r.prefill_tok_s = a.prompt_tokens / (now_s() - t0);
+      r.prefill_tok_s = static_cast<double>(engine->n_past()) / (now_s() - t0);  // apollo runs more than the prompt
       std::vector<float> hr = reference ? reference->prefill(ids) : std::vector<float>();
       double kl_sum = 0;
       std::vector<double> step_s;  // wall time of each decode step (+ its logits)
@@ -174,14 +174,16 @@ void run(const BenchArgs& a) {
   }
   std::printf("%s, %d threads, prompt %lld tokens, %lld decode steps\n", c.name.c_str(), l.forward->pool().size(),
               (long long)a.prompt_tokens, (long long)steps);
-  std::printf("%-28s %10s %10s %8s %10s %10s %10s %10s %7s\n", "engine", "prefill/s", "decode/s", "ms/tok",
+  int w = 28;  // the engine column fits the longest spec
+  for (const Row& r : rows) w = std::max(w, static_cast<int>(r.engine.size()));
+  std::printf("%-*s %10s %10s %8s %10s %10s %10s %10s %7s\n", w, "engine", "prefill/s", "decode/s", "ms/tok",
               "hot MiB", "cold MiB", "file MiB", "mean KL", "top-1");
   for (const Row& r : rows) {
     if (!r.error.empty()) {
-      std::printf("%-28s skipped: %s\n", r.engine.c_str(), r.error.c_str());
+      std::printf("%-*s skipped: %s\n", w, r.engine.c_str(), r.error.c_str());
       continue;
     }
-    std::printf("%-28s %10.1f %10.1f %8.2f %10.2f %10.2f %10.2f %10.2e %6.1f%%\n", r.engine.c_str(), r.prefill_tok_s,
+    std::printf("%-*s %10.1f %10.1f %8.2f %10.2f %10.2f %10.2f %10.2e %6.1f%%\n", w, r.engine.c_str(), r.prefill_tok_s,
                 r.decode_tok_s, r.ms_per_token, r.hot / 1048576.0, r.cold / 1048576.0, r.state_file / 1048576.0,
                 r.mean_kl, 100 * r.top1);
   }

@@ -48,10 +48,19 @@ void run(ChatArgs& a) {
     opt.max_tokens = std::min<int64_t>(a.n, l.model->config().context_length - static_cast<int64_t>(ids.size()));
     if (opt.max_tokens <= 0) throw Error(ErrorKind::ContextOverflow, "the conversation no longer fits the context");
     opt.sampler = a.sampler;
-    GenerateResult r = generate(*engine, *l.forward, l.tokenizer, ids, opt, [](std::string_view s) {
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
-    });
+    GenerateResult r;
+    try {
+      r = generate(*engine, *l.forward, l.tokenizer, ids, opt, [](std::string_view s) {
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        std::fflush(stdout);
+      });
+    } catch (const Error& e) {
+      // A turn the engine cannot serve (apollo: RetrievalMiss) drops that turn, not the session.
+      if (e.kind() != ErrorKind::RetrievalMiss && e.kind() != ErrorKind::EmptyPrompt) throw;
+      std::fprintf(stderr, "error: %s (turn skipped)\n", e.what());
+      history.pop_back();
+      continue;
+    }
     std::printf("\n");
     std::fflush(stdout);
     history.push_back({"model", r.text});

@@ -101,6 +101,7 @@ void run(RunArgs& a) {
   GenerateOptions opt;
   opt.max_tokens = std::min<int64_t>(a.n, ctx - past - static_cast<int64_t>(ids.size()));
   opt.continue_sequence = past > 0;
+  opt.context_limit = ctx;
   opt.consume_last = !a.save_state.empty();
   opt.sampler = a.sampler;
   opt.stop_strings = a.stop;

@@ -41,7 +41,8 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
   r.prompt_ids = prompt;
   Sampler sampler(opt.sampler);
   const int64_t vocab = forward.config().vocab;
-  const int64_t ctx = forward.config().context_length;
+  const int64_t ctx = opt.context_limit > 0 ? std::min(opt.context_limit, forward.config().context_length)
+                                           : forward.config().context_length;
   const std::vector<int32_t> eog = eog_ids(tok);
   std::vector<int32_t> history = prompt;
   std::vector<float> logits(static_cast<size_t>(vocab));
@@ -56,6 +57,9 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     h = engine.prefill(prompt);
     r.prefill_tokens = engine.n_past();
   }
+  if (engine.n_past() > ctx)
+    throw Error(ErrorKind::ContextOverflow, "the engine's context is " + std::to_string(engine.n_past()) +
+                                                " tokens after the prompt, more than the " + std::to_string(ctx) + " allowed");
   forward.logits(h.data(), 1, logits.data());
   r.prefill_seconds = now_s() - t0;
 
@@ -97,7 +101,7 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
       break;
     }
     if (step + 1 == opt.max_tokens) {
-      if (opt.consume_last) engine.decode_step(next);
+      if (opt.consume_last && engine.n_past() + 1 <= ctx) engine.decode_step(next);
       break;
     }
     h = engine.decode_step(next);

@@ -19,6 +19,10 @@ struct GenerateOptions {
   std::vector<std::string> stop_strings;  ///< generation ends before any of these appears
   bool stop_at_eog = true;               ///< stop at <eos> / <end_of_turn>
   bool continue_sequence = false;        ///< decode the prompt on top of the engine's state
+  int64_t context_limit = 0;             ///< positions the engine may reach (0 = the model's);
+                                         ///< counted on the engine's own context (apollo's is
+                                         ///< longer than the prompt): ContextOverflow if prefill
+                                         ///< passes it, stop_reason "context" when decode would
   bool consume_last = false;             ///< also feed the last generated token to the engine
                                          ///< (so a saved state holds the whole text)
 };

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 
 #include "kv/standard.h"
 #include "kv/no_cache.h"
@@ -46,21 +49,25 @@ std::string known_names() {
   return s;
 }
 
-void check_value(const EngineEntry& e, const EngineKey& k, const std::string& v) {
+/// Validate v for key k; returns the canonical text (integers without leading zeros or '+').
+std::string check_value(const EngineEntry& e, const EngineKey& k, const std::string& v) {
   const std::string where = "engine '" + e.name + "': key '" + k.name + "' = '" + v + "'";
   switch (k.type) {
     case KeyType::Int: {
       int64_t x = 0;
       auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-      if (r.ec != std::errc() || r.ptr != v.data() + v.size() || x <= 0)
-        throw Error(ErrorKind::InvalidArgument, where + " is not a positive integer");
-      break;
+      if (r.ec != std::errc() || r.ptr != v.data() + v.size() || x < k.min_int)
+        throw Error(ErrorKind::InvalidArgument,
+                    where + (k.min_int == 1 ? std::string(" is not a positive integer")
+                                            : " is not an integer >= " + std::to_string(k.min_int)));
+      return std::to_string(x);
     }
     case KeyType::Float: {
       char* end = nullptr;
+      errno = 0;
       const double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || end != v.c_str() + v.size() || !(x >= 0))
-        throw Error(ErrorKind::InvalidArgument, where + " is not a non-negative number");
+      if (v.empty() || end != v.c_str() + v.size() || !(x >= 0) || !std::isfinite(x) || errno == ERANGE)
+        throw Error(ErrorKind::InvalidArgument, where + " is not a finite non-negative number in range");
       break;
     }
     case KeyType::Enum:
@@ -74,6 +81,7 @@ void check_value(const EngineEntry& e, const EngineKey& k, const std::string& v)
       if (v.empty()) throw Error(ErrorKind::InvalidArgument, where + " is empty");
       break;
   }
+  return v;
 }
 
 const EngineKey kColdKvKey{
@@ -87,7 +95,11 @@ std::unique_ptr<Engine> make_markov_rs(std::shared_ptr<Forward> f, const EngineS
   const int64_t window = s.get_int("window", 0);
   if (s.get_string("cold_kv", "cache") == "derive") return std::make_unique<MarkovRsEngine>(std::move(f), window, codec);
   std::string cfg = window > 0 ? "window=" + std::to_string(window) : "";
-  if (codec != ColdCodec::F32) cfg += (cfg.empty() ? "" : ",") + std::string("codec=") + cold_codec_name(codec);
+  if (codec != ColdCodec::F32) {
+    if (!cfg.empty()) cfg += ',';
+    cfg += "codec=";
+    cfg += cold_codec_name(codec);
+  }
   const auto layers = static_cast<size_t>(f->config().n_layers);
   return std::make_unique<CachedResidualEngine>(
       std::move(f), window, std::vector<ColdCodec>(layers, codec),
@@ -109,6 +121,11 @@ std::string EngineSpec::to_string() const {
 int64_t EngineSpec::get_int(const std::string& key, int64_t fallback) const {
   auto it = params.find(key);
   return it == params.end() ? fallback : std::stoll(it->second);
+}
+
+double EngineSpec::get_double(const std::string& key, double fallback) const {
+  auto it = params.find(key);
+  return it == params.end() ? fallback : std::strtod(it->second.c_str(), nullptr);
 }
 
 std::string EngineSpec::get_string(const std::string& key, const std::string& fallback) const {
@@ -162,7 +179,7 @@ const std::vector<EngineEntry>& engine_registry() {
        "end-to-end mean KL vs standard <= the calibration record's bound on held-out text",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          const std::string path = bpl_record_path(f->model().path());
-         const double budget = s.params.count("budget") ? std::stod(s.params.at("budget")) : -1.0;
+         const double budget = s.get_double("budget", -1.0);
          return make_boundary_per_layer(std::move(f), path, s.get_int("window", 0), s.get_int("layers", 0), budget);
        }},
       {"turbo-quant",
@@ -200,7 +217,7 @@ const std::vector<EngineEntry>& engine_registry() {
        }},
       {"apollo",
        {},
-       {{"layer", KeyType::Int, "", "injection layer (default: 7/8 of the model's layers, 16 of 18 on Gemma 3 270M)", {}},
+       {{"layer", KeyType::Int, "", "injection layer, 0..n_layers-1 (default: 7/8 of the model's layers, 16 of 18 on Gemma 3 270M)", {}, 0},
         {"coef", KeyType::Float, "8.0", "injection scale; 0 runs the retrieved passage without injection", {}},
         {"top_k", KeyType::Int, "12", "entry tokens injected at most", {}},
         {"store", KeyType::String, "", "store file from `larql apollo build DOCUMENT -o STORE` (required)", {}}},
@@ -210,7 +227,7 @@ const std::vector<EngineEntry>& engine_registry() {
          ApolloOptions o;
          o.store = s.get_string("store", "");
          o.layer = s.params.count("layer") ? s.get_int("layer", -1) : -1;
-         o.coef = s.params.count("coef") ? std::stod(s.params.at("coef")) : 8.0;
+         o.coef = s.get_double("coef", 8.0);
          o.top_k = s.get_int("top_k", 12);
          return std::make_unique<ApolloEngine>(std::move(f), std::move(o));
        }},
@@ -247,10 +264,10 @@ EngineSpec parse_engine_spec(std::string_view raw) {
       if (eq == std::string::npos)
         throw Error(ErrorKind::InvalidArgument, "engine '" + e->name + "': key '" + key + "' needs a value (" + key + "=...)");
       const std::string value = trim(std::string_view(kv).substr(eq + 1));
-      check_value(*e, *k, value);
+      const std::string canonical = check_value(*e, *k, value);
       if (out.params.count(key))
         throw Error(ErrorKind::InvalidArgument, "engine '" + e->name + "': key '" + key + "' given twice");
-      out.params[key] = value;
+      out.params[key] = canonical;
     }
   }
   // An alias that implies key values (e.g. tq3 -> bits=3).

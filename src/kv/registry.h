@@ -23,6 +23,7 @@ struct EngineKey {
   std::string default_value;  ///< "" = unbounded / model's own
   std::string description;
   std::vector<std::string> allowed;  ///< for Enum
+  int64_t min_int = 1;               ///< for Int: the smallest accepted value
 };
 
 /// A parsed, validated spec: canonical engine name plus the keys the user set.
@@ -34,6 +35,8 @@ struct EngineSpec {
   /// Value of an Int key, or `fallback` when unset.
   int64_t get_int(const std::string& key, int64_t fallback) const;
   std::string get_string(const std::string& key, const std::string& fallback) const;
+  /// Value of a Float key, or `fallback` when unset.
+  double get_double(const std::string& key, double fallback) const;
 };
 
 struct EngineEntry {

@@ -1,6 +1,7 @@
 #include "kv/state_file.h"
 
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 
 #include "util/error.h"
@@ -31,9 +32,15 @@ void StateWriter::close() {
 }
 
 StateReader::StateReader(const std::string& path) : path_(path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(ErrorKind::Io, path + ": is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::NotFound, path + ": cannot open state file");
-  data_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!in) throw Error(ErrorKind::NotFound, path + ": cannot open (no such file, or not readable)");
+  try {
+    data_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Io, path + ": read failed: " + e.what());
+  }
 }
 
 void StateReader::raw(void* p, size_t n) {

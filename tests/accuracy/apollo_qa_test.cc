@@ -44,6 +44,9 @@ TEST(ApolloQa, ParsesQuestionsAndNamesBadLines) {
     EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_qa_jsonl("{not json\n"), Error);
+  EXPECT_THROW(parse_qa_jsonl("{\"question\": \"Why?\", \"miss\": \"yes\"}\n"), Error);
+  EXPECT_THROW(parse_qa_jsonl("{\"question\": \" \", \"answer\": \" A\"}\n"), Error);
+  EXPECT_THROW(parse_qa_jsonl("{\"question\": \"Who?\", \"answer\": 3}\n"), Error);
   EXPECT_THROW(parse_qa_jsonl("\n"), Error);
 }
 
@@ -79,6 +82,7 @@ TEST(ApolloQa, RetrievalKeepsWholeDocumentAccuracy) {
               r.apollo_store_bytes / 1024.0, r.apollo_state_bytes / 1048576.0);
   EXPECT_EQ(r.misses_refused, r.misses) << "every unanswerable question must raise RetrievalMiss";
   EXPECT_EQ(r.false_misses, 0) << "no answerable question may be refused";
+  ASSERT_EQ(r.with_evidence, r.answerable);
   EXPECT_GE(r.retrieval_hits * 10, r.answerable * 9) << "retrieval must find the evidence for >= 90% of questions";
   // The task-level contract: answering from the retrieved passage is at least as accurate as
   // reading the whole document (small models lose facts over long contexts).

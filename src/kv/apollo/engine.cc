@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "kv/state_file.h"
 #include "tokenizer/tokenizer.h"
@@ -15,6 +16,11 @@ ApolloEngine::ApolloEngine(std::shared_ptr<Forward> forward, ApolloOptions optio
   if (opt_.store.empty())
     throw Error(ErrorKind::RetrievalMiss,
                 "apollo: no store attached (give store=PATH; build one with `larql apollo build DOCUMENT -o PATH`)");
+  {  // one spelling per file, so a state saved with one path resumes with another
+    std::error_code ec;
+    const auto canonical = std::filesystem::weakly_canonical(opt_.store, ec);
+    if (!ec) opt_.store = canonical.string();
+  }
   if (opt_.layer < 0) opt_.layer = std::lround(c.n_layers * 7.0 / 8.0);
   if (opt_.layer >= c.n_layers)
     throw Error(ErrorKind::InvalidArgument, "apollo: layer=" + std::to_string(opt_.layer) + " but the model has " +
@@ -44,7 +50,7 @@ std::vector<float> ApolloEngine::prefill(const std::vector<int32_t>& tokens) {
   injected_.clear();
   if (route_.window < 0 || route_.coverage < opt_.min_coverage) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "best window covers %.0f%% of the query's content weight, below %.0f%%",
+    std::snprintf(buf, sizeof buf, "best window covers %.1f%% of the query's content weight, below %.1f%%",
                   100.0 * route_.coverage, 100.0 * opt_.min_coverage);
     throw Error(ErrorKind::RetrievalMiss, "apollo: the query matches no passage of " + opt_.store + " (" +
                                               (route_.window < 0 ? std::string("no content token of the query is in the store") : buf) + ")");

@@ -14,7 +14,7 @@
 namespace larql {
 
 struct ApolloOptions {
-  std::string store;          ///< path of a store from `larql apollo build`
+  std::string store;          ///< path of a store from `larql apollo build` (kept canonical)
   int64_t layer = -1;         ///< injection layer; -1 = round(7/8 x n_layers)
   double coef = 8.0;          ///< injection scale (0 = no injection)
   int64_t top_k = 12;         ///< injected entry tokens at most

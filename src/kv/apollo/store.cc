@@ -133,7 +133,19 @@ void save_apollo_store(const ApolloStore& s, const std::string& path) {
 
 ApolloStore load_apollo_store(const std::string& path, const std::string& expect_fingerprint, int64_t vocab_size) {
   StateReader r(path);
-  const StateHeader h = r.header(kStoreEngine, expect_fingerprint);
+  StateHeader h;
+  try {
+    h = r.header(kStoreEngine, expect_fingerprint);
+  } catch (const Error& e) {
+    // A file of the container format but another kind (an engine state file), or another model.
+    const std::string what = e.what();
+    if (e.kind() == ErrorKind::InvariantViolation && what.find("saved by engine") != std::string::npos)
+      throw Error(ErrorKind::InvariantViolation, path + ": not an apollo store (" + what.substr(what.find("saved by engine") + 9) +
+                                                     "; build one with `larql apollo build`)");
+    if (e.kind() == ErrorKind::Format && what.find("bad magic") != std::string::npos)
+      throw Error(ErrorKind::Format, path + ": not an apollo store (build one with `larql apollo build DOCUMENT -o STORE`)");
+    throw;
+  }
   ApolloStore s;
   s.fingerprint = h.fingerprint;
   long long w = 0, st = 0;
