@@ -175,7 +175,7 @@ void Codec::encode(const float* x, uint8_t* out) const {
 }
 
 void Codec::decode_rotated(const uint8_t* in, float* y) const {
-  const profile::Scope prof(profile::Stage::Codec);
+  // Not profiled here: it runs per row inside attention (see TurboQuantEngine::attend_codes).
   float norm;
   std::memcpy(&norm, in, 4);
   const uint8_t* p = in + 4;

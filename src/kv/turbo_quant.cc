@@ -1,9 +1,13 @@
 #include "kv/turbo_quant.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <cstring>
 
+#include "compute/ops.h"
 #include "kv/state_file.h"
+#include "util/profile.h"
 #include "util/error.h"
 
 namespace larql {
@@ -78,6 +82,12 @@ void TurboQuantEngine::layer_step(int64_t li, float* x, int64_t n, int64_t pos0)
     }
   });
 
+  if (n == 1) {  // decode: attention straight from the codes (no decoded copy of the cache)
+    attend_codes(li, pos0);
+    finish_after_attention(li, l, x, 1);
+    return;
+  }
+
   // The rows the chunk's queries can see, in the rotated domain: older rows decoded from their
   // codes, the chunk's own rows exact (the reference system's choice: a prompt attends to itself
   // at full precision, so a single-chunk prefill matches standard; each row is quantised once,
@@ -88,6 +98,7 @@ void TurboQuantEngine::layer_step(int64_t li, float* x, int64_t n, int64_t pos0)
   kr_.resize(static_cast<size_t>(rows * kv_dim));
   vr_.resize(static_cast<size_t>(rows * kv_dim));
   const size_t base = static_cast<size_t>(lo - l.first_pos) * row_bytes_;
+  std::optional<profile::Scope> prof_codec(std::in_place, profile::Stage::Codec);
   fwd_->pool().parallel_for(rows * kvh, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       float* kd = kr_.data() + t * d;
@@ -104,6 +115,7 @@ void TurboQuantEngine::layer_step(int64_t li, float* x, int64_t n, int64_t pos0)
       }
     }
   }, 16);
+  prof_codec.reset();
 
   // Attention in the rotated domain: R·q in, R·out back (R·R = I).
   const int64_t qvecs = n * c.n_heads;
@@ -111,6 +123,10 @@ void TurboQuantEngine::layer_step(int64_t li, float* x, int64_t n, int64_t pos0)
   fwd_->attend(li, q_.data(), n, pos0, KvSpan{kr_.data(), vr_.data(), lo, rows}, attn_.data());
   for (int64_t t = 0; t < qvecs; ++t) turbo::rotate(attn_.data() + t * d, d);
 
+  finish_after_attention(li, l, x, n);
+}
+
+void TurboQuantEngine::finish_after_attention(int64_t li, QuantLayer& l, float* x, int64_t n) {
   // Sliding layers keep only their window (evicted lazily, compacted when half is dead).
   if (l.keep > 0 && live_rows(l) > l.keep) {
     l.start += live_rows(l) - l.keep;
@@ -123,6 +139,76 @@ void TurboQuantEngine::layer_step(int64_t li, float* x, int64_t n, int64_t pos0)
     }
   }
   fwd_->finish_layer(li, attn_.data(), n, x);
+}
+
+void TurboQuantEngine::attend_codes(int64_t li, int64_t pos) {
+  // One query position `pos` (already appended and encoded). Scores and the weighted sum of V are
+  // taken in the rotated domain, decoding each stored row into a small buffer that stays in L1
+  // and serves every query head of its K/V group; the new row (the query's own) is exact, as in
+  // the chunked path. Row blocks (64 rows) run in parallel; their partial sums are added in
+  // block order, so the result does not depend on the thread count. Profiled as attention:
+  // decoding is fused into it.
+  const profile::Scope prof(profile::Stage::Attention);
+  const ModelConfig& c = fwd_->config();
+  const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+  QuantLayer& l = layers_[static_cast<size_t>(li)];
+  const int64_t d = c.head_dim, kvh = c.n_kv_heads, group = c.n_heads / c.n_kv_heads, q_dim = c.q_dim();
+  const size_t vb = codec_.bytes_per_vector();
+  int64_t lo = l.first_pos + l.start;
+  if (lc.sliding) lo = std::max(lo, pos - lc.window + 1);
+  const int64_t rows = pos + 1 - lo, prior = pos - lo;
+  const size_t base = static_cast<size_t>(lo - l.first_pos) * row_bytes_;
+  // The new row, exact and rotated (k_/v_ hold it from qkv()).
+  for (int64_t g = 0; g < kvh; ++g) {
+    turbo::rotate(k_.data() + g * d, d);
+    turbo::rotate(v_.data() + g * d, d);
+  }
+  for (int64_t h = 0; h < c.n_heads; ++h) turbo::rotate(q_.data() + h * d, d);
+  const float scale = c.attn_scale, cap = c.attn_logit_softcap;
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (rows + kBlock - 1) / kBlock;
+  scores_.resize(static_cast<size_t>(c.n_heads * rows));
+  partial_.assign(static_cast<size_t>(blocks * q_dim), 0.0f);
+  auto row_of = [&](const std::vector<uint8_t>& codes, const std::vector<float>& exact, int64_t t, int64_t g,
+                    float* buf) -> const float* {
+    if (t < prior) {
+      codec_.decode_rotated(codes.data() + base + static_cast<size_t>(t) * row_bytes_ + static_cast<size_t>(g) * vb, buf);
+      return buf;
+    }
+    return exact.data() + g * d;
+  };
+  fwd_->pool().parallel_for(blocks, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> buf;
+    buf.resize(static_cast<size_t>(d));
+    for (int64_t blk = b; blk < e; ++blk)
+      for (int64_t t = blk * kBlock; t < std::min(rows, (blk + 1) * kBlock); ++t)
+        for (int64_t g = 0; g < kvh; ++g) {
+          const float* kr = row_of(l.k, k_, t, g, buf.data());
+          for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+            float sc = compute::dot_f32(q_.data() + h * d, kr, d) * scale;
+            if (cap > 0) sc = cap * std::tanh(sc / cap);
+            scores_[static_cast<size_t>(h * rows + t)] = sc;
+          }
+        }
+  });
+  for (int64_t h = 0; h < c.n_heads; ++h) compute::softmax(scores_.data() + h * rows, rows);
+  fwd_->pool().parallel_for(blocks, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> buf;
+    buf.resize(static_cast<size_t>(d));
+    for (int64_t blk = b; blk < e; ++blk) {
+      float* acc = partial_.data() + blk * q_dim;
+      for (int64_t t = blk * kBlock; t < std::min(rows, (blk + 1) * kBlock); ++t)
+        for (int64_t g = 0; g < kvh; ++g) {
+          const float* vr = row_of(l.v, v_, t, g, buf.data());
+          for (int64_t h = g * group; h < (g + 1) * group; ++h)
+            compute::axpy(scores_[static_cast<size_t>(h * rows + t)], vr, acc + h * d, d);
+        }
+    }
+  });
+  attn_.assign(static_cast<size_t>(q_dim), 0.0f);
+  for (int64_t blk = 0; blk < blocks; ++blk)
+    for (int64_t i = 0; i < q_dim; ++i) attn_[static_cast<size_t>(i)] += partial_[static_cast<size_t>(blk * q_dim + i)];
+  for (int64_t h = 0; h < c.n_heads; ++h) turbo::rotate(attn_.data() + h * d, d);
 }
 
 std::vector<float> TurboQuantEngine::run(const int32_t* tokens, int64_t n) {

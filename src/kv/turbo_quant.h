@@ -58,6 +58,10 @@ class TurboQuantEngine : public Engine {
   int64_t live_rows(const QuantLayer& l) const { return rows_total(l) - l.start; }
   void clear_layers();
   void layer_step(int64_t li, float* x, int64_t n, int64_t pos0);
+  /// Decode-step attention (one query at `pos`) read straight from the codes into attn_.
+  void attend_codes(int64_t li, int64_t pos);
+  /// Evict beyond a sliding window, then the rest of the layer (attention output, FFN).
+  void finish_after_attention(int64_t li, QuantLayer& l, float* x, int64_t n);
   std::vector<float> run(const int32_t* tokens, int64_t n);
 
   std::shared_ptr<Forward> fwd_;
@@ -68,7 +72,7 @@ class TurboQuantEngine : public Engine {
   int64_t n_past_ = 0;
   bool started_ = false;
   // Scratch (reused across steps).
-  std::vector<float> q_, k_, v_, attn_, kr_, vr_;
+  std::vector<float> q_, k_, v_, attn_, kr_, vr_, scores_, partial_;
 };
 
 }  // namespace larql

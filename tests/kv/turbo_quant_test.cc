@@ -348,6 +348,38 @@ TEST(TurboQuantEngine, PrefillMatchesStandardAndStoresTheCodecOfItsRows) {
   }
 }
 
+TEST(TurboQuantEngine, DecodeStepIsAttentionOverTheDecodedRows) {
+  // Reference built from Forward's primitives: each layer's new row attends (Forward::attend, in
+  // the original domain) to the codec round trip of every stored row plus its own exact K/V. The
+  // engine reads the codes directly in the rotated domain; only rounding may differ.
+  Fixture fx;
+  const auto& c = fx.model->config();
+  for (int bits : {3, 4}) {
+    TurboQuantEngine e(fx.fwd, bits);
+    e.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 9));
+    for (int step = 0; step < 3; ++step) {
+      const int64_t pos = e.n_past();
+      std::vector<std::vector<float>> dk(c.n_layers), dv(c.n_layers);
+      std::vector<int64_t> first(c.n_layers);
+      for (int64_t li = 0; li < c.n_layers; ++li) e.decoded_rows(li, dk[li], dv[li], first[li]);
+      const int32_t tok = kSeq[static_cast<size_t>(9 + step)];
+      std::vector<float> x(c.hidden), q(c.q_dim()), k(c.kv_dim()), v(c.kv_dim()), attn(c.q_dim());
+      fx.fwd->embed(&tok, 1, x.data());
+      for (int64_t li = 0; li < c.n_layers; ++li) {
+        fx.fwd->qkv(li, x.data(), 1, pos, q.data(), k.data(), v.data());
+        std::vector<float> kk = dk[li], vv = dv[li];
+        kk.insert(kk.end(), k.begin(), k.end());
+        vv.insert(vv.end(), v.begin(), v.end());
+        const int64_t rows = static_cast<int64_t>(kk.size()) / c.kv_dim();
+        fx.fwd->attend(li, q.data(), 1, pos, KvSpan{kk.data(), vv.data(), first[li], rows}, attn.data());
+        fx.fwd->finish_layer(li, attn.data(), 1, x.data());
+      }
+      const auto got = e.decode_step(tok);
+      EXPECT_LE(max_diff(fx.logits(x), fx.logits(got)), 1e-3) << bits << "-bit step " << step;
+    }
+  }
+}
+
 TEST(TurboQuantEngine, DecodeAttendsToTheQuantisedRows) {
   // Decoding is deterministic (two engines agree exactly), differs from standard (the quantised
   // history is really in the loop), and memory after prefill + decode equals one prefill's.
