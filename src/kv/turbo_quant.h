@@ -21,10 +21,12 @@ namespace larql {
 /// touched again. Attention sees older rows through their codes and the current chunk's own rows
 /// exactly (as the reference system did: a prompt attends to itself at full precision, so a
 /// prefill of up to Forward::kChunk tokens gives standard's logits; every later step attends to
-/// quantised history). Attention runs in the rotated domain through Forward::attend: q is rotated
-/// once per head (R·q), stored rows are decoded to gain·levels (no inverse transform per row),
-/// and the attention output is rotated back (R is orthonormal and self-inverse, so
-/// q·k = (Rq)·(Rk) and Σ p·v = R·Σ p·(Rv)).
+/// quantised history). Attention runs in the rotated domain: q is rotated once per head (R·q),
+/// stored rows are decoded to gain·levels (no inverse transform per row), and the attention
+/// output is rotated back (R is orthonormal and self-inverse, so q·k = (Rq)·(Rk) and
+/// Σ p·v = R·Σ p·(Rv)). A prefill chunk decodes its visible rows once and calls Forward::attend;
+/// a decode step (attend_codes) decodes each row into an L1-sized buffer as it goes, so no f32
+/// copy of the cache is ever materialised.
 ///
 /// Errors: EmptyPrompt, InvariantViolation (decode/save before prefill; another engine's, model's
 /// or bit width's state file), ContextOverflow, BackendUnavailable (head_dim not a power of two),
