@@ -1,0 +1,90 @@
+// The contract every engine shares (ENGINES.md, engine.h), checked uniformly over the engines as
+// `--engine` builds them, on the synthetic model: decode before prefill is InvariantViolation,
+// an empty prompt is EmptyPrompt, save_state then load_state (into a fresh engine) continues with
+// identical logits, and a state file from another engine is refused with InvariantViolation.
+// (apollo needs a store and boundary-per-layer a calibration record: their own test files run
+// the same checks, apollo_test.cc and boundary_per_layer_test.cc.)
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "inference/forward.h"
+#include "kv/registry.h"
+#include "model/model.h"
+#include "testlib/engine_testing.h"
+#include "testlib/synthetic_model.h"
+#include "util/error.h"
+
+namespace larql {
+namespace {
+
+using testing::expect_error;
+using testing::logits_of;
+using testing::max_abs_diff;
+
+class EngineContract : public ::testing::TestWithParam<const char*> {
+ protected:
+  static void SetUpTestSuite() {
+    sm_ = testing::make_synthetic_model().release();
+    fwd_ = std::make_shared<Forward>(Model::load(sm_->path), 2);
+    dir_ = (std::filesystem::temp_directory_path() / ("larql-contract-" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(dir_);
+    ::setenv("LARQL_ARCHIVE_DIR", dir_.c_str(), 1);  // boundary-kv's archive
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(dir_);
+    fwd_.reset();
+    delete sm_;
+  }
+  std::unique_ptr<Engine> make() { return make_engine(parse_engine_spec(GetParam()), fwd_); }
+
+  static inline testing::SyntheticModel* sm_ = nullptr;
+  static inline std::shared_ptr<Forward> fwd_;
+  static inline std::string dir_;
+};
+
+TEST_P(EngineContract, ErrorsSaveLoadAndForeignState) {
+  const std::vector<int32_t> ids = {2, 270, 277, 7, 100, 271, 5, 4, 262, 200, 150, 265, 9, 31, 40, 41, 42, 43};
+  auto e = make();
+  expect_error(ErrorKind::InvariantViolation, [&] { e->decode_step(5); }, "decode before prefill");
+  expect_error(ErrorKind::EmptyPrompt, [&] { e->prefill({}); }, "empty prompt");
+  e->prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 10));
+  for (size_t t = 10; t < 13; ++t) e->decode_step(ids[t]);
+  const std::string state = dir_ + "/engine.state";
+  e->save_state(state);
+  auto resumed = make();
+  resumed->load_state(state);
+  EXPECT_EQ(resumed->n_past(), e->n_past());
+  for (size_t t = 13; t < ids.size(); ++t)
+    EXPECT_EQ(max_abs_diff(logits_of(*fwd_, e->decode_step(ids[t])), logits_of(*fwd_, resumed->decode_step(ids[t]))), 0.0f)
+        << GetParam() << " step " << t;
+  // A state from another engine.
+  const std::string other_spec = std::string(GetParam()).rfind("standard", 0) == 0 ? "turbo-quant" : "standard";
+  auto other = make_engine(parse_engine_spec(other_spec), fwd_);
+  other->prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 5));
+  const std::string foreign = dir_ + "/foreign.state";
+  other->save_state(foreign);
+  auto fresh = make();
+  expect_error(ErrorKind::InvariantViolation, [&] { fresh->load_state(foreign); }, "state of " + other_spec);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ladder, EngineContract,
+    ::testing::Values("standard", "standard:window=6", "no-cache", "markov-rs", "markov-rs:window=4",
+                      "markov-rs:window=4,cold_kv=derive", "markov-rs-codec:window=4",
+                      "markov-rs-codec:window=4,codec=int8,cold_kv=derive", "turbo-quant", "tq3",
+                      "unlimited-context:window=8", "unlimited-context:window=8,sink=0", "boundary-kv:chunk_tokens=8"),
+    [](const ::testing::TestParamInfo<const char*>& info) {
+      std::string name;
+      for (const char* p = info.param; *p; ++p) name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+      return name;
+    });
+
+}  // namespace
+}  // namespace larql
