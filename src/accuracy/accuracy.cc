@@ -202,11 +202,13 @@ Haystack build_haystack(const std::function<int64_t(std::string_view)>& count_to
   for (size_t k = 0; k <= chosen.size(); ++k) {
     if (k == at) {
       h.needle_token_pos = pos;
-      h.text += (h.text.empty() ? "" : " ") + needle;
+      if (!h.text.empty()) h.text += ' ';
+      h.text += needle;
       pos += cost(needle);
     }
     if (k == chosen.size()) break;
-    h.text += (h.text.empty() ? "" : " ") + std::string(kFiller[chosen[k]]);
+    if (!h.text.empty()) h.text += ' ';
+    h.text += kFiller[chosen[k]];
     pos += cost_f[chosen[k]];
   }
   h.text += " " + question;

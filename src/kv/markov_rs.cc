@@ -177,11 +177,17 @@ std::vector<float> MarkovRsEngine::decode_step(int32_t token) {
   return x_;
 }
 
-EngineInfo MarkovRsEngine::info() const {
-  std::string cfg = window_ > 0 ? "window=" + std::to_string(window_) : "";
-  if (codec_ != ColdCodec::F32) cfg += (cfg.empty() ? "" : ",") + std::string("codec=") + cold_codec_name(codec_);
-  return {name(), "cpu", cfg};
+std::string MarkovRsEngine::config_string(int64_t window, ColdCodec codec) {
+  std::string cfg = window > 0 ? "window=" + std::to_string(window) : "";
+  if (codec != ColdCodec::F32) {
+    if (!cfg.empty()) cfg += ',';
+    cfg += "codec=";
+    cfg += cold_codec_name(codec);
+  }
+  return cfg;
 }
+
+EngineInfo MarkovRsEngine::info() const { return {name(), "cpu", config_string(window_, codec_)}; }
 
 EngineMemory MarkovRsEngine::memory() const {
   EngineMemory m;

@@ -56,6 +56,11 @@ class MarkovRsEngine : public Engine {
   /// else is refused (why receives the reason).
   static bool residual_is_sufficient(const ModelConfig& config, std::string* why);
 
+  /// The engine's config string ("", "window=N", "window=N,codec=bf16", "codec=int8"); also the
+  /// identity CachedResidualEngine takes for markov-rs in cold_kv=cache mode, so both modes write
+  /// the same state-file header.
+  static std::string config_string(int64_t window, ColdCodec codec);
+
   std::vector<float> prefill(const std::vector<int32_t>& tokens) override;
   std::vector<float> decode_step(int32_t token) override;
   EngineInfo info() const override;

@@ -94,12 +94,7 @@ const EngineKey kColdKvKey{
 std::unique_ptr<Engine> make_markov_rs(std::shared_ptr<Forward> f, const EngineSpec& s, ColdCodec codec) {
   const int64_t window = s.get_int("window", 0);
   if (s.get_string("cold_kv", "cache") == "derive") return std::make_unique<MarkovRsEngine>(std::move(f), window, codec);
-  std::string cfg = window > 0 ? "window=" + std::to_string(window) : "";
-  if (codec != ColdCodec::F32) {
-    if (!cfg.empty()) cfg += ',';
-    cfg += "codec=";
-    cfg += cold_codec_name(codec);
-  }
+  const std::string cfg = MarkovRsEngine::config_string(window, codec);
   const auto layers = static_cast<size_t>(f->config().n_layers);
   return std::make_unique<CachedResidualEngine>(
       std::move(f), window, std::vector<ColdCodec>(layers, codec),
