@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "util/error.h"
 #include "util/profile.h"
 
@@ -174,8 +178,46 @@ void Codec::encode(const float* x, uint8_t* out) const {
   pack_indices(idx.data(), d_, bits_, out + 4);
 }
 
+#if defined(__x86_64__)
+namespace {
+
+/// 4-bit rows with AVX2: 8 code bytes -> 16 floats per iteration. The 16 scaled levels sit in
+/// two registers; vpermps picks within each by the low 3 bits and a blend by bit 3 chooses the
+/// register, then the low/high nibbles are interleaved back into coordinate order. Pure table
+/// lookups: bit-identical to the scalar loop.
+__attribute__((target("avx2"))) void decode4_avx2(const uint8_t* p, const float* lv, int64_t d, float* y) {
+  const __m256 t0 = _mm256_loadu_ps(lv), t1 = _mm256_loadu_ps(lv + 8);
+  const __m256i fifteen = _mm256_set1_epi32(15), seven = _mm256_set1_epi32(7);
+  for (int64_t i = 0; i < d / 2; i += 8) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)));
+    const __m256i lo = _mm256_and_si256(b, fifteen), hi = _mm256_srli_epi32(b, 4);
+    const __m256 vlo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, lo), _mm256_permutevar8x32_ps(t1, lo),
+                                        _mm256_castsi256_ps(_mm256_cmpgt_epi32(lo, seven)));
+    const __m256 vhi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, hi), _mm256_permutevar8x32_ps(t1, hi),
+                                        _mm256_castsi256_ps(_mm256_cmpgt_epi32(hi, seven)));
+    const __m256 a = _mm256_unpacklo_ps(vlo, vhi), c = _mm256_unpackhi_ps(vlo, vhi);
+    _mm256_storeu_ps(y + 2 * i, _mm256_permute2f128_ps(a, c, 0x20));
+    _mm256_storeu_ps(y + 2 * i + 8, _mm256_permute2f128_ps(a, c, 0x31));
+  }
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+
+}  // namespace
+#endif
+
 void Codec::decode_rotated(const uint8_t* in, float* y) const {
   // Not profiled here: it runs per row inside attention (see TurboQuantEngine::attend_codes).
+#if defined(__x86_64__)
+  if (bits_ == 4 && d_ % 16 == 0 && kHaveAvx2 && use_simd_) {
+    float norm;
+    std::memcpy(&norm, in, 4);
+    float lv[16];
+    for (size_t i = 0; i < 16; ++i) lv[i] = levels_[i] * norm;
+    decode4_avx2(in + 4, lv, d_, y);
+    return;
+  }
+#endif
   float norm;
   std::memcpy(&norm, in, 4);
   const uint8_t* p = in + 4;

@@ -82,12 +82,16 @@ class Codec {
   /// y [d] = g · levels[idx] (the rotated domain: R·decode). Dot products and weighted sums
   /// can be taken here, since R is orthonormal: a·b = (R a)·(R b).
   void decode_rotated(const uint8_t* in, float* y) const;
+  /// Use the AVX2 4-bit decoder when the CPU has it (default true); false forces the scalar
+  /// loop (tests compare the two, which must agree bit for bit).
+  void set_simd(bool on) { use_simd_ = on; }
 
  private:
   int64_t d_;
   int bits_;
   size_t bytes_;
   std::vector<float> levels_, bounds_;
+  bool use_simd_ = true;
 };
 
 }  // namespace larql::turbo
