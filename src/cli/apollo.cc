@@ -31,6 +31,8 @@ void build(const BuildArgs& a) {
   std::error_code ec;
   if (std::filesystem::equivalent(a.document, a.out, ec))
     throw Error(ErrorKind::InvalidArgument, "apollo build: -o " + a.out + " is the document itself; refusing to overwrite it");
+  if (std::filesystem::equivalent(resolve_model(a.model), a.out, ec))
+    throw Error(ErrorKind::InvalidArgument, "apollo build: -o " + a.out + " is the model; refusing to overwrite it");
   const std::string text = read_text_file(a.document);
   const auto model = Model::load(resolve_model(a.model));
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
@@ -90,7 +92,11 @@ void eval(const EvalArgs& a) {
   o.layer = a.layer;
   o.coef = a.coef;
   o.top_k = a.top_k;
-  ApolloEngine apollo(l.forward, o);
+  ApolloEngine apollo(l.forward, o);  // reads the whole store into memory
+  if (!temp.path.empty()) {  // so the temporary file can go now (not left behind by a Ctrl-C)
+    std::remove(temp.path.c_str());
+    temp.path.clear();
+  }
   Progress bar("apollo eval", static_cast<int64_t>(items.size()));
   const accuracy::QaReport r =
       accuracy::run_apollo_qa(l.forward, l.tokenizer, apollo, text, items, !a.no_standard,

@@ -75,6 +75,15 @@ void run(RunArgs& a) {
     std::error_code ec;
     if (!std::filesystem::is_directory(parent, ec))
       throw Error(ErrorKind::NotFound, "--save-state " + a.save_state + ": directory " + parent.string() + " does not exist");
+    if (std::filesystem::is_directory(a.save_state, ec))
+      throw Error(ErrorKind::InvalidArgument, "--save-state " + a.save_state + " is a directory; give a file name");
+    // Never overwrite a file this command reads: the model, an engine's store, the resumed state is fine.
+    std::vector<std::pair<std::string, std::string>> inputs = {{"the model", resolve_model(a.model)}};
+    if (auto it = spec.params.find("store"); it != spec.params.end()) inputs.push_back({"the engine's store", it->second});
+    if (!a.prompt_file.empty()) inputs.push_back({"the prompt file", a.prompt_file});
+    for (const auto& [what, path] : inputs)
+      if (std::filesystem::equivalent(a.save_state, path, ec))
+        throw Error(ErrorKind::InvalidArgument, "--save-state " + a.save_state + " is " + what + "; refusing to overwrite it");
   }
   const std::string user_prompt = prompt;
   Loaded l = load(a.model, a.threads);

@@ -74,6 +74,10 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
   r.stop_reason = "max_tokens";
   t0 = now_s();
   for (int64_t step = 0; step < opt.max_tokens; ++step) {
+    if (engine.n_past() >= ctx) {  // no position left for another token
+      r.stop_reason = "context";
+      break;
+    }
     const int32_t next = sampler.sample(logits.data(), vocab, history);
     if (opt.stop_at_eog && std::find(eog.begin(), eog.end(), next) != eog.end()) {
       r.stop_reason = "eog";
@@ -96,12 +100,8 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     } else {
       emit(pending.size());
     }
-    if (engine.n_past() + 1 > ctx) {
-      r.stop_reason = "context";
-      break;
-    }
     if (step + 1 == opt.max_tokens) {
-      if (opt.consume_last && engine.n_past() + 1 <= ctx) engine.decode_step(next);
+      if (opt.consume_last) engine.decode_step(next);  // n_past < ctx: checked at the top
       break;
     }
     h = engine.decode_step(next);
