@@ -37,15 +37,7 @@ std::string temp_dir(const std::string& name) {
 using testing::logits_of;
 
 using testing::max_abs_diff;
-
-std::vector<int32_t> pseudo_text(int64_t n, int32_t lo, int32_t span, uint32_t seed) {
-  std::vector<int32_t> ids{2};
-  while (static_cast<int64_t>(ids.size()) < n) {
-    seed = seed * 1664525u + 1013904223u;
-    ids.push_back(static_cast<int32_t>(lo + (seed >> 8) % span));
-  }
-  return ids;
-}
+using testing::pseudo_text;
 
 struct Syn {
   Syn() : sm(testing::make_synthetic_model()), model(Model::load(sm->path)), fwd(std::make_shared<Forward>(model, 2)) {}

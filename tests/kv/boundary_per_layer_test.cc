@@ -20,6 +20,7 @@
 #include "kv/registry.h"
 #include "kv/standard.h"
 #include "model/model.h"
+#include "testlib/engine_testing.h"
 #include "testlib/paths.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -70,22 +71,6 @@ TEST(BoundaryPerLayerPolicy, RecordRoundTripsAndMissingRecordSaysHowToMakeOne) {
     EXPECT_NE(std::string(e.what()).find("larql calibrate MODEL --engine boundary-per-layer --budget"), std::string::npos)
         << e.what();
   }
-}
-
-double kl_logits(const std::vector<float>& p, const std::vector<float>& q) {
-  auto lse = [](const std::vector<float>& l) {
-    double m = -1e300, s = 0;
-    for (float x : l) m = std::max(m, double(x));
-    for (float x : l) s += std::exp(double(x) - m);
-    return m + std::log(s);
-  };
-  const double lp = lse(p), lq = lse(q);
-  double k = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double a = double(p[i]) - lp, b = double(q[i]) - lq;
-    k += std::exp(a) * (a - b);
-  }
-  return std::max(0.0, k);
 }
 
 std::vector<int32_t> text_tokens(const Tokenizer& tok, const std::string& unit, int64_t n) {
@@ -147,7 +132,7 @@ TEST(BoundaryPerLayerRealModel, HeldOutKlWithinCalibratedBound_RecordChecks) {
     const auto tokid = static_cast<int32_t>(std::max_element(a.begin(), a.end()) - a.begin());
     fwd->logits(st.decode_step(tokid).data(), 1, a.data());
     fwd->logits(engine->decode_step(tokid).data(), 1, b.data());
-    const double k = kl_logits(a, b);
+    const double k = testing::kl_logits(a, b);
     sum += k;
     mx = std::max(mx, k);
   }
@@ -214,12 +199,12 @@ TEST(BoundaryPerLayerRealModel, AllF32PolicyIsExact) {
   std::vector<float> a(static_cast<size_t>(c.vocab)), b(a.size());
   fwd->logits(st.prefill(prompt).data(), 1, a.data());
   fwd->logits(e.prefill(prompt).data(), 1, b.data());
-  double mx = kl_logits(a, b);
+  double mx = testing::kl_logits(a, b);
   for (int s = 0; s < 6; ++s) {
     const auto t = static_cast<int32_t>(std::max_element(a.begin(), a.end()) - a.begin());
     fwd->logits(st.decode_step(t).data(), 1, a.data());
     fwd->logits(e.decode_step(t).data(), 1, b.data());
-    mx = std::max(mx, kl_logits(a, b));
+    mx = std::max(mx, testing::kl_logits(a, b));
   }
   EXPECT_LE(mx, 1e-6);
   EXPECT_GT(e.memory().cold_bytes, 0u);

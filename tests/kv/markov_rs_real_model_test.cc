@@ -23,6 +23,7 @@
 #include "kv/registry.h"
 #include "kv/standard.h"
 #include "model/model.h"
+#include "testlib/engine_testing.h"
 #include "testlib/paths.h"
 
 namespace larql {
@@ -33,15 +34,8 @@ bool long_run() {
   return s != nullptr && std::string(s) == "1";
 }
 
-std::vector<int32_t> pseudo_text(int64_t n, uint32_t seed) {
-  std::vector<int32_t> ids{2};  // <bos>
-  uint32_t s = seed;
-  while (static_cast<int64_t>(ids.size()) < n) {
-    s = s * 1664525u + 1013904223u;
-    ids.push_back(static_cast<int32_t>(300 + (s >> 8) % 20000));
-  }
-  return ids;
-}
+/// `<bos>` + ids in [300, 20300): ordinary vocabulary, no specials.
+std::vector<int32_t> pseudo_text(int64_t n, uint32_t seed) { return testing::pseudo_text(n, 300, 20000, seed); }
 
 struct Real {
   std::shared_ptr<Model> model;
@@ -53,26 +47,6 @@ struct Real {
   }
 };
 
-int32_t argmax(const std::vector<float>& l) {
-  return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-}
-
-/// KL(p || q) in nats, p and q given as logits (f64 log-softmax).
-double kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
-  auto lse = [](const std::vector<float>& l) {
-    double m = -1e300, s = 0;
-    for (float x : l) m = std::max(m, double(x));
-    for (float x : l) s += std::exp(double(x) - m);
-    return m + std::log(s);
-  };
-  const double lp = lse(p_logits), lq = lse(q_logits);
-  double k = 0;
-  for (size_t i = 0; i < p_logits.size(); ++i) {
-    const double a = double(p_logits[i]) - lp, b = double(q_logits[i]) - lq;
-    k += std::exp(a) * (a - b);
-  }
-  return std::max(0.0, k);
-}
 
 double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0;
@@ -99,11 +73,11 @@ std::vector<Stats> lockstep(Real& r, const std::vector<int32_t>& prompt, int64_t
     for (size_t i = 0; i < engines.size(); ++i) {
       const auto& base = ref[i] >= 0 ? lg[static_cast<size_t>(ref[i])] : want;
       Stats& s = out[i];
-      const double k = kl(base, lg[i]);
+      const double k = testing::kl_logits(base, lg[i]);
       s.max_dlogit = std::max(s.max_dlogit, max_abs(base, lg[i]));
       s.max_kl = std::max(s.max_kl, k);
       s.mean_kl += k;
-      s.token_mismatches += argmax(lg[i]) != argmax(want);
+      s.token_mismatches += testing::argmax(lg[i]) != testing::argmax(want);
       s.steps += 1;
     }
   };
@@ -116,7 +90,7 @@ std::vector<Stats> lockstep(Real& r, const std::vector<int32_t>& prompt, int64_t
   }
   compare(want);
   for (int64_t step = 0; step < steps; ++step) {
-    const int32_t tok = argmax(want);
+    const int32_t tok = testing::argmax(want);
     want = r.logits(st.decode_step(tok));
     for (size_t i = 0; i < engines.size(); ++i) {
       const auto t0 = clk::now();

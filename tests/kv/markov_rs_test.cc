@@ -23,16 +23,8 @@ namespace larql {
 namespace {
 
 using testing::make_synthetic_model;
-
-template <class F>
-void expect_error(ErrorKind kind, F&& f, const std::string& what = "") {
-  try {
-    f();
-    ADD_FAILURE() << "no error (expected " << error_kind_name(kind) << ") " << what;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << what << ": " << e.what() << " (got " << error_kind_name(e.kind()) << ")";
-  }
-}
+using testing::expect_error;
+using testing::kl_logits;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("larql-mrs-" + std::to_string(::getpid()) + "-" + name)).string();
@@ -74,22 +66,6 @@ double max_diff(const std::vector<std::vector<float>>& a, const std::vector<std:
   for (size_t t = 0; t < a.size() && t < b.size(); ++t)
     for (size_t i = 0; i < a[t].size(); ++i) d = std::max(d, double(std::fabs(a[t][i] - b[t][i])));
   return d;
-}
-
-double kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits) {
-  auto lse = [](const std::vector<float>& l) {
-    double m = -1e300, s = 0;
-    for (float x : l) m = std::max(m, double(x));
-    for (float x : l) s += std::exp(double(x) - m);
-    return m + std::log(s);
-  };
-  const double lp = lse(p_logits), lq = lse(q_logits);
-  double k = 0;
-  for (size_t i = 0; i < p_logits.size(); ++i) {
-    const double a = double(p_logits[i]) - lp, b = double(q_logits[i]) - lq;
-    k += std::exp(a) * (a - b);
-  }
-  return k;
 }
 
 TEST(NoCacheEngine, EqualsStandardEveryStep) {
@@ -256,7 +232,7 @@ TEST(MarkovRsCodecEngine, CloseToMarkovRs) {
     MarkovRsEngine e(fx.fwd, 2, codec);
     const auto got = fx.run(e, toks, 5);
     double mean = 0;
-    for (size_t t = 0; t < got.size(); ++t) mean += kl(want[t], got[t]) / double(got.size());
+    for (size_t t = 0; t < got.size(); ++t) mean += kl_logits(want[t], got[t]) / double(got.size());
     EXPECT_GT(max_diff(want, got), 0.0) << cold_codec_name(codec);
     EXPECT_LE(mean, codec == ColdCodec::Bf16 ? 1e-3 : 2e-2) << cold_codec_name(codec);
     EXPECT_EQ(e.info().name, "markov-rs-codec");

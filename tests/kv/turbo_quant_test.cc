@@ -61,23 +61,7 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-// KL(p || q) in nats between the softmaxes of two logit vectors.
-double kl(const std::vector<float>& lp, const std::vector<float>& lq) {
-  const double mp = *std::max_element(lp.begin(), lp.end()), mq = *std::max_element(lq.begin(), lq.end());
-  double zp = 0, zq = 0;
-  for (size_t i = 0; i < lp.size(); ++i) {
-    zp += std::exp(lp[i] - mp);
-    zq += std::exp(lq[i] - mq);
-  }
-  double k = 0;
-  for (size_t i = 0; i < lp.size(); ++i) {
-    const double a = lp[i] - mp - std::log(zp), b = lq[i] - mq - std::log(zq);
-    k += std::exp(a) * (a - b);
-  }
-  return std::max(0.0, k);
-}
 
-int64_t argmax(const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); }
 
 // ---------------------------------------------------------------- codec math
 
@@ -604,7 +588,7 @@ TEST(TurboQuantRealModel, AgreementWithStandardMemoryAndSaveLoad) {
   std::vector<int32_t> fed;
   ref.push_back(logits(st.prefill(ids)));
   for (int s = 0; s < steps; ++s) {
-    fed.push_back(static_cast<int32_t>(argmax(ref.back())));
+    fed.push_back(static_cast<int32_t>(testing::argmax(ref.back())));
     ref.push_back(logits(st.decode_step(fed.back())));
   }
   const std::string state = temp_path("real.state");
@@ -613,10 +597,10 @@ TEST(TurboQuantRealModel, AgreementWithStandardMemoryAndSaveLoad) {
     double kl_sum = 0, kl_max = 0;
     int agree = 0;
     auto score = [&](size_t i, const std::vector<float>& l) {
-      const double k = kl(ref[i], l);
+      const double k = testing::kl_logits(ref[i], l);
       kl_sum += k;
       kl_max = std::max(kl_max, k);
-      agree += argmax(l) == argmax(ref[i]);
+      agree += testing::argmax(l) == testing::argmax(ref[i]);
     };
     score(0, logits(tq.prefill(ids)));
     std::vector<float> saved_next;

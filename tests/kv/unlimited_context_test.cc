@@ -30,33 +30,10 @@ using testing::expect_error;
 using testing::logits_of;
 
 using testing::max_abs_diff;
+using testing::pseudo_text;
+using testing::argmax;
 
-std::vector<int32_t> pseudo_text(int64_t n, int32_t lo, int32_t span, uint32_t seed) {
-  std::vector<int32_t> ids{2};
-  while (static_cast<int64_t>(ids.size()) < n) {
-    seed = seed * 1664525u + 1013904223u;
-    ids.push_back(static_cast<int32_t>(lo + (seed >> 8) % span));
-  }
-  return ids;
-}
 
-/// KL(p || q) in nats for logits a (p) and b (q).
-double kl(const std::vector<float>& a, const std::vector<float>& b) {
-  auto lse = [](const std::vector<float>& x) {
-    double m = *std::max_element(x.begin(), x.end()), s = 0;
-    for (float v : x) s += std::exp(v - m);
-    return m + std::log(s);
-  };
-  const double la = lse(a), lb = lse(b);
-  double k = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double lpa = a[i] - la, lpb = b[i] - lb;
-    k += std::exp(lpa) * (lpa - lpb);
-  }
-  return std::max(0.0, k);
-}
-
-size_t argmax(const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); }
 
 void expect_same_kv(const WindowKv& a, const WindowKv& b) {
   ASSERT_EQ(a.first_pos, b.first_pos);
@@ -235,11 +212,11 @@ TEST(UnlimitedContextRealModel, ReplayReproducesClosedWindowsAndLossBeyondIsMeas
     if (t >= W + 64) {  // measure once the position is well into window 1
       ++steps;
       agree += argmax(lu) == argmax(ls);
-      const double k = kl(ls, lu);
+      const double k = testing::kl_logits(ls, lu);
       kl_sum += k;
       kl_max = std::max(kl_max, k);
       agree0 += argmax(l0) == argmax(ls);
-      kl0_sum += kl(ls, l0);
+      kl0_sum += testing::kl_logits(ls, l0);
     }
   }
   const auto m = u.memory();

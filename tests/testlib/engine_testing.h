@@ -45,6 +45,39 @@ inline std::vector<float> logits_of(Forward& f, const std::vector<float>& h) {
   return out;
 }
 
+/// KL(p || q) in nats between the softmaxes of two logit vectors (log-sum-exp in double;
+/// rounding-level negatives clamped to 0).
+inline double kl_logits(const std::vector<float>& p, const std::vector<float>& q) {
+  auto lse = [](const std::vector<float>& l) {
+    double m = -1e300, s = 0;
+    for (float x : l) m = std::max(m, double(x));
+    for (float x : l) s += std::exp(double(x) - m);
+    return m + std::log(s);
+  };
+  const double lp = lse(p), lq = lse(q);
+  double k = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double a = double(p[i]) - lp, b = double(q[i]) - lq;
+    k += std::exp(a) * (a - b);
+  }
+  return std::max(0.0, k);
+}
+
+/// Index of the largest logit (first on ties).
+inline int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+/// `<bos>` (id 2) then n - 1 ids in [lo, lo + span) from a fixed LCG: the same text every run.
+inline std::vector<int32_t> pseudo_text(int64_t n, int32_t lo, int32_t span, uint32_t seed) {
+  std::vector<int32_t> ids{2};
+  while (static_cast<int64_t>(ids.size()) < n) {
+    seed = seed * 1664525u + 1013904223u;
+    ids.push_back(static_cast<int32_t>(lo + (seed >> 8) % span));
+  }
+  return ids;
+}
+
 inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   float m = 0;
