@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "accuracy/accuracy.h"
 #include "cli/common.h"
 #include "cli/progress.h"
 #include "formats/gguf.h"
@@ -33,17 +34,6 @@ struct BenchArgs {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-/// log-softmax of logits [n] into out (double for the KL sums).
-void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
-  out.resize(static_cast<size_t>(n));
-  double mx = x[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - mx);
-  const double lse = mx + std::log(s);
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[i] - lse;
 }
 
 struct Row {
@@ -106,8 +96,8 @@ void run(const BenchArgs& a) {
           ref = logits;
         }
         const int32_t next = argmax(ref.data(), V);
-        log_softmax(ref.data(), V, lp);
-        log_softmax(logits.data(), V, lq);
+        accuracy::log_softmax(ref.data(), V, lp);
+        accuracy::log_softmax(logits.data(), V, lq);
         double kl = 0;
         for (int64_t v = 0; v < V; ++v) kl += std::exp(lp[v]) * (lp[v] - lq[v]);
         kl_sum += kl;
