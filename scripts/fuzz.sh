@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Fuzz the GGUF reader with libFuzzer (+ASan/UBSan).
-# Usage: scripts/fuzz.sh [BUILD_DIR=build-fuzz] [SECONDS=60]
+# Fuzz the GGUF reader and the engine state-file readers with libFuzzer (+ASan/UBSan).
+# Usage: scripts/fuzz.sh [BUILD_DIR=build-fuzz] [SECONDS=60]   (SECONDS per target)
 # Configures BUILD_DIR with clang (RelWithDebInfo, LARQL_FUZZ=ON, LARQL_BUILD_TESTS=OFF) if it is
-# not configured yet, builds only gguf_fuzz, copies the committed seeds (fuzz/corpus/gguf) into the
-# git-ignored fuzz/corpus-work/gguf, and runs for SECONDS. Exits non-zero on a crash, leak, timeout
-# or out-of-memory; the reproducer is saved under fuzz/corpus-work/artifacts/.
+# not configured yet, builds the targets, seeds the git-ignored fuzz/corpus-work/ (the committed
+# GGUF seeds; one valid state file per engine, written by state_fuzz itself), and runs each for
+# SECONDS. Exits non-zero on a crash, leak, timeout or out-of-memory; the reproducer is saved
+# under fuzz/corpus-work/artifacts/.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,26 +26,32 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     -DCMAKE_CXX_COMPILER="$CXX_BIN" \
     -DLARQL_FUZZ=ON -DLARQL_BUILD_TESTS=OFF
 fi
-cmake --build "$BUILD_DIR" --target gguf_fuzz -j "$JOBS"
+cmake --build "$BUILD_DIR" --target gguf_fuzz state_fuzz -j "$JOBS"
 
 WORK="$ROOT/fuzz/corpus-work"
-mkdir -p "$WORK/gguf" "$WORK/artifacts"
+mkdir -p "$WORK/gguf" "$WORK/state" "$WORK/artifacts"
 cp -n "$ROOT"/fuzz/corpus/gguf/* "$WORK/gguf/" 2>/dev/null || true
-LOG="$WORK/gguf_fuzz.log"
+"$BUILD_DIR/fuzz/state_fuzz" -write_seeds="$WORK/state" >/dev/null 2>&1  # one valid state per engine
 
-echo "fuzz: running gguf_fuzz for ${SECONDS_TO_RUN}s (corpus $WORK/gguf, log $LOG)"
-set +e
-"$BUILD_DIR/fuzz/gguf_fuzz" "$WORK/gguf" \
-  -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-  -artifact_prefix="$WORK/artifacts/" -print_final_stats=1 >"$LOG" 2>&1
-rc=$?
-set -e
+# run_target NAME CORPUS MAX_LEN: run one target for SECONDS_TO_RUN; exit 1 on a finding.
+run_target() {
+  local name="$1" corpus="$2" max_len="$3" log="$WORK/$1.log" rc runs artifact
+  echo "fuzz: running $name for ${SECONDS_TO_RUN}s (corpus $corpus, log $log)"
+  set +e
+  "$BUILD_DIR/fuzz/$name" "$corpus" \
+    -max_total_time="$SECONDS_TO_RUN" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$WORK/artifacts/$name-" -print_final_stats=1 >"$log" 2>&1
+  rc=$?
+  set -e
+  runs="$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' || echo '?')"
+  if [[ $rc -ne 0 ]]; then
+    tail -n 60 "$log"
+    artifact="$(grep -Eo "Test unit written to [^ ]+" "$log" | tail -1 | sed 's/Test unit written to //' || true)"
+    echo "fuzz: FAILED $name (exit $rc) after ${runs} runs; reproducer: ${artifact:-none}; log: $log"
+    exit 1
+  fi
+  echo "fuzz: OK $name — ${runs} runs in ${SECONDS_TO_RUN}s, no crashes ($(ls "$corpus" | wc -l) corpus files)"
+}
 
-runs="$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$LOG" | grep -Eo '[0-9]+$' || echo '?')"
-if [[ $rc -ne 0 ]]; then
-  tail -n 60 "$LOG"
-  artifact="$(grep -Eo "Test unit written to [^ ]+" "$LOG" | tail -1 | sed 's/Test unit written to //' || true)"
-  echo "fuzz: FAILED gguf_fuzz (exit $rc) after ${runs} runs; reproducer: ${artifact:-none}; log: $LOG"
-  exit 1
-fi
-echo "fuzz: OK gguf_fuzz — ${runs} runs in ${SECONDS_TO_RUN}s, no crashes ($(ls "$WORK/gguf" | wc -l) corpus files)"
+run_target gguf_fuzz "$WORK/gguf" 65536
+run_target state_fuzz "$WORK/state" 262144

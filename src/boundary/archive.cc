@@ -5,7 +5,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/hash.h"
 
 namespace larql::boundary {
 namespace {
@@ -24,12 +26,28 @@ struct Bytes {
   }
 };
 
-void write_bytes(const std::string& path, const Bytes& b, std::ios::openmode mode) {
-  std::ofstream out(path, std::ios::binary | mode);
-  if (!out) throw Error(ErrorKind::Io, path + ": cannot open boundary archive for writing");
-  out.write(reinterpret_cast<const char*>(b.b.data()), static_cast<std::streamsize>(b.b.size()));
-  out.flush();
-  if (!out) throw Error(ErrorKind::Io, path + ": boundary archive write failed (disk full?)");
+void check_frame(const Frame& f, uint64_t next) {
+  if (f.tokens.empty() || f.token_start + f.tokens.size() - 1 != f.position || f.token_start != next)
+    throw Error(ErrorKind::InvalidArgument, "boundary frame at position " + std::to_string(f.position) + ": " +
+                                                std::to_string(f.tokens.size()) + " tokens from " +
+                                                std::to_string(f.token_start) + " do not continue the sequence at " +
+                                                std::to_string(next));
+}
+
+void put_frame(Bytes& b, const Frame& f) {
+  b.put(kFrameTag);
+  b.put(static_cast<uint8_t>(f.kind));
+  b.put(static_cast<uint8_t>(f.codec));
+  b.put(static_cast<uint16_t>(0));
+  b.put(f.position);
+  b.put(f.token_start);
+  b.put(f.log_prob_margin);
+  b.put(f.top1_prob);
+  b.put(f.top1_token);
+  b.put(static_cast<uint32_t>(f.tokens.size()));
+  b.raw(f.tokens.data(), f.tokens.size() * sizeof(int32_t));
+  b.put(static_cast<uint32_t>(f.payload.size()));
+  b.raw(f.payload.data(), f.payload.size());
 }
 
 class Reader {
@@ -75,7 +93,7 @@ std::vector<int32_t> Archive::tokens() const {
   return out;
 }
 
-void archive_create(const std::string& path, const ArchiveHeader& h) {
+void archive_write(const std::string& path, const Archive& a) {
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
@@ -83,38 +101,66 @@ void archive_create(const std::string& path, const ArchiveHeader& h) {
   Bytes b;
   b.raw(kArchiveMagic, 8);
   b.put(kArchiveVersion);
-  b.str(h.fingerprint);
-  b.str(h.sequence_id);
-  b.put(h.hidden);
-  write_bytes(path, b, std::ios::trunc);
+  b.str(a.header.fingerprint);
+  b.str(a.header.sequence_id);
+  b.put(a.header.uid);
+  b.put(a.header.hidden);
+  uint64_t next = 0;
+  for (const Frame& f : a.frames) {
+    check_frame(f, next);
+    put_frame(b, f);
+    next = f.position + 1;
+  }
+  b.put(kEndTag);
+  b.put(xxh3_64(b.b.data(), b.b.size()));
+  AtomicWriter w(path, "boundary archive");
+  w.write(b.b.data(), b.b.size());
+  w.commit();
+}
+
+void archive_create(const std::string& path, const ArchiveHeader& h) { archive_write(path, Archive{h, {}}); }
+
+bool same_frame(const Frame& a, const Frame& b) {
+  return a.kind == b.kind && a.position == b.position && a.token_start == b.token_start && a.tokens == b.tokens &&
+         a.codec == b.codec && a.log_prob_margin == b.log_prob_margin && a.top1_prob == b.top1_prob &&
+         a.top1_token == b.top1_token && a.payload == b.payload;
 }
 
 void archive_append(const std::string& path, const Frame& f) {
-  if (f.tokens.empty() || f.token_start + f.tokens.size() - 1 != f.position)
-    throw Error(ErrorKind::InvalidArgument, "boundary frame at position " + std::to_string(f.position) + ": " +
-                                                std::to_string(f.tokens.size()) + " tokens from " +
-                                                std::to_string(f.token_start) + " do not end at its position");
-  Bytes b;
-  b.put(kFrameTag);
-  b.put(static_cast<uint8_t>(f.kind));
-  b.put(static_cast<uint8_t>(f.codec));
-  b.put(static_cast<uint16_t>(0));
-  b.put(f.position);
-  b.put(f.token_start);
-  b.put(f.log_prob_margin);
-  b.put(f.top1_prob);
-  b.put(f.top1_token);
-  b.put(static_cast<uint32_t>(f.tokens.size()));
-  b.raw(f.tokens.data(), f.tokens.size() * sizeof(int32_t));
-  b.put(static_cast<uint32_t>(f.payload.size()));
-  b.raw(f.payload.data(), f.payload.size());
-  write_bytes(path, b, std::ios::app);
+  Archive a = archive_read(path);
+  const uint64_t covered = a.frames.empty() ? 0 : a.frames.back().position + 1;
+  if (f.token_start < covered) {  // a second writer of the same sequence (e.g. a resumed copy)
+    for (const Frame& held : a.frames)
+      if (held.token_start == f.token_start && same_frame(held, f)) return;  // already there, byte for byte
+    throw Error(ErrorKind::InvariantViolation,
+                path + ": the archive already covers position " + std::to_string(f.token_start) +
+                    " with a different frame (another run continued this sequence differently)");
+  }
+  a.frames.push_back(f);
+  archive_write(path, a);
 }
 
 Archive archive_read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorKind::NotFound, path + ": no boundary archive");
-  Reader r(path, std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  std::vector<uint8_t> bytes(std::istreambuf_iterator<char>(in), {});
+  // The end tag and checksum first: damage anywhere is reported as such, before any field is used.
+  if (bytes.size() >= 8 + 4 + 12 && std::memcmp(bytes.data(), kArchiveMagic, 8) == 0) {
+    uint32_t version = 0;
+    std::memcpy(&version, bytes.data() + 8, 4);
+    if (version == kArchiveVersion) {
+      uint32_t tag = 0;
+      uint64_t want = 0;
+      std::memcpy(&tag, bytes.data() + bytes.size() - 12, 4);
+      std::memcpy(&want, bytes.data() + bytes.size() - 8, 8);
+      const uint64_t got = xxh3_64(bytes.data(), bytes.size() - 8);
+      if (tag != kEndTag || got != want)
+        throw Error(ErrorKind::Format, path + ": boundary archive checksum mismatch (stored " + hex64(want) + ", contents " +
+                                           hex64(got) + "): the file is damaged, truncated or was modified");
+      bytes.resize(bytes.size() - 12);
+    }
+  }
+  Reader r(path, std::move(bytes));
   char magic[8];
   r.raw(magic, 8, "magic");
   if (std::memcmp(magic, kArchiveMagic, 8) != 0)
@@ -126,6 +172,7 @@ Archive archive_read(const std::string& path) {
   Archive a;
   a.header.fingerprint = r.str("model fingerprint");
   a.header.sequence_id = r.str("sequence id");
+  a.header.uid = r.get<uint64_t>("archive uid");
   a.header.hidden = r.get<uint32_t>("hidden size");
   uint64_t next = 0;
   while (!r.done()) {

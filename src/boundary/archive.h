@@ -1,11 +1,14 @@
-// Boundary frames and the per-sequence frame archive on disk (one append-only file).
+// Boundary frames and the per-sequence frame archive on disk (one file per sequence).
 //
 // File layout (little-endian; str = u32 length + bytes):
-//   header: magic "LARQLBND" | u32 version (1) | str model fingerprint | str sequence id |
-//           u32 hidden
+//   header: magic "LARQLBND" | u32 version (2) | str model fingerprint | str sequence id |
+//           u64 archive uid | u32 hidden
 //   frame:  u32 tag "FRM1" | u8 kind | u8 codec | u16 reserved (0) | u64 position |
 //           u64 token_start | f32 log_prob_margin | f32 top1_prob | i32 top1_token |
 //           u32 n_tokens | i32 tokens[n_tokens] | u32 payload_bytes | payload
+//   end:    u32 tag "END2" | u64 XXH3-64 of every preceding byte
+// Every write replaces the whole file atomically (util/atomic_file.h), so a crash leaves the
+// archive as it was before the write or after it, never torn; the checksum catches damage.
 // Frames cover the sequence's tokens contiguously from position 0: frame i's token_start is the
 // previous frame's position + 1, and position = token_start + n_tokens - 1 (the position whose
 // final-layer residual is the payload).
@@ -20,8 +23,9 @@
 namespace larql::boundary {
 
 inline constexpr char kArchiveMagic[8] = {'L', 'A', 'R', 'Q', 'L', 'B', 'N', 'D'};
-inline constexpr uint32_t kArchiveVersion = 1;
+inline constexpr uint32_t kArchiveVersion = 2;
 inline constexpr uint32_t kFrameTag = 0x314d5246;  // "FRM1"
+inline constexpr uint32_t kEndTag = 0x32444e45;    // "END2"
 
 enum class FrameKind : uint8_t {
   Boundary = 1,  ///< the end of a full chunk (position + 1 is a multiple of chunk_tokens)
@@ -43,6 +47,7 @@ struct Frame {
 struct ArchiveHeader {
   std::string fingerprint;  ///< the model's fingerprint (Model::fingerprint())
   std::string sequence_id;
+  uint64_t uid = 0;     ///< random at creation: ties a saved engine state to this very archive
   uint32_t hidden = 0;  ///< residual width; every payload is payload_bytes(codec, hidden)
 };
 
@@ -53,15 +58,20 @@ struct Archive {
   std::vector<int32_t> tokens() const;
 };
 
-/// Create (or truncate) the archive at `path` with `h`; creates parent directories.
-/// Error{Io} on failure.
+/// Write `a` as the archive at `path` (replacing it atomically); creates parent directories.
+/// Error{Io} on failure; Error{InvalidArgument} for frames whose position/tokens disagree or
+/// that are not contiguous from position 0.
+void archive_write(const std::string& path, const Archive& a);
+/// Create (or replace) the archive at `path` with `h` and no frames.
 void archive_create(const std::string& path, const ArchiveHeader& h);
-/// Append one frame (opened, written, flushed, closed). The caller keeps frames contiguous.
-/// Error{Io} on failure; Error{InvalidArgument} for a frame whose position/tokens disagree.
+/// Append one frame: the archive is read, validated, extended and written back atomically. A
+/// frame the archive already holds byte for byte (a resumed copy of the sequence writing what the
+/// original wrote) is a no-op. Errors: those of archive_read() and archive_write();
+/// Error{InvariantViolation} for a different frame at a position the archive already covers.
 void archive_append(const std::string& path, const Frame& f);
 /// Read and validate a whole archive. Error{NotFound} (no file), Error{Format} naming the byte
-/// offset for bad magic/version, a truncated header or frame, a payload of the wrong length,
-/// or frames that are not contiguous.
+/// offset for bad magic/version, a checksum mismatch (damage anywhere), a truncated header or
+/// frame, a payload of the wrong length, or frames that are not contiguous.
 Archive archive_read(const std::string& path);
 
 }  // namespace larql::boundary

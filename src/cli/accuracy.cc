@@ -96,6 +96,7 @@ void run(const AccuracyArgs& a) {
 
 void register_accuracy(CLI::App& app) {
   auto a = std::make_shared<AccuracyArgs>();
+  a->engines = default_engine_spec();
   CLI::App* s = app.add_subcommand("accuracy", "score engines on fact, needle-in-haystack and conflict corpora vs standard");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
   s->add_option("--engines,--engine", a->engines, "engine specs, split on ';' (see `larql engines`)")->capture_default_str();

@@ -13,6 +13,7 @@
 #include "cli/progress.h"
 #include "kv/apollo/engine.h"
 #include "kv/apollo/store.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace larql::cli {
@@ -23,18 +24,17 @@ constexpr const char* kDefaultModel = "gemma-3-270m-q4_k_m";
 struct BuildArgs {
   std::string model = kDefaultModel, document, out;
   int64_t window = 256, stride = 192;
+  uint64_t max_input_bytes = kDefaultMaxInputBytes;
   bool json = false;
 };
 
 void build(const BuildArgs& a) {
   if (a.out.empty()) throw Error(ErrorKind::InvalidArgument, "apollo build: -o STORE is required");
-  std::error_code ec;
-  if (std::filesystem::equivalent(a.document, a.out, ec))
-    throw Error(ErrorKind::InvalidArgument, "apollo build: -o " + a.out + " is the document itself; refusing to overwrite it");
-  if (std::filesystem::equivalent(resolve_model(a.model), a.out, ec))
-    throw Error(ErrorKind::InvalidArgument, "apollo build: -o " + a.out + " is the model; refusing to overwrite it");
-  const std::string text = read_text_file(a.document);
-  const auto model = Model::load(resolve_model(a.model));
+  const std::string text = read_text_file(a.document, "the document", a.max_input_bytes);
+  const std::string model_path = resolve_model(a.model);
+  const auto model = Model::load(model_path);
+  register_input(model_path, "the model");
+  check_output_path(a.out, "-o");  // the store is written through an AtomicWriter, refusing inputs
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
   const auto doc = tok.encode(text, false, false);
   const ApolloStore s = build_apollo_store(doc, tok, model->fingerprint(), a.window, a.stride);
@@ -60,13 +60,14 @@ struct EvalArgs {
   std::string model = kDefaultModel, document, questions, store;
   int64_t window = 256, stride = 192, layer = -1, top_k = 12;
   double coef = 8.0;
+  uint64_t max_input_bytes = kDefaultMaxInputBytes;
   int threads = 0;
   bool json = false, no_standard = false;
 };
 
 void eval(const EvalArgs& a) {
-  const std::string text = read_text_file(a.document);
-  const auto items = accuracy::parse_qa_jsonl(read_text_file(a.questions));
+  const std::string text = read_text_file(a.document, "the document", a.max_input_bytes);
+  const auto items = accuracy::parse_qa_jsonl(read_text_file(a.questions, "the questions file", a.max_input_bytes));
   Loaded l = load(a.model, a.threads);
   // Without --store: a temporary store (a fresh, exclusively created file), removed however
   // this function ends.
@@ -174,9 +175,9 @@ void register_apollo(CLI::App& app) {
   s->add_option("-o,--out", b->out, "store file to write")->required();
   s->add_option("-m,--model", b->model, "GGUF path or a name in models/ (its tokenizer; the store is bound to it)")
       ->capture_default_str();
-  s->add_option("--window", b->window, "tokens per window")->capture_default_str()->check(CLI::Range(16, 8192));
-  s->add_option("--stride", b->stride, "tokens between window starts (window - stride overlap)")
-      ->capture_default_str()->check(CLI::Range(1, 8192));
+  add_int_flag(s, "--window", b->window, 16, 8192, "tokens per window,");
+  add_int_flag(s, "--stride", b->stride, 1, 8192, "tokens between window starts (window - stride overlap),");
+  add_max_input_flag(s, b->max_input_bytes);
   s->add_flag("--json", b->json, "one JSON object");
   s->callback([b] { build(*b); });
 
@@ -187,11 +188,13 @@ void register_apollo(CLI::App& app) {
                 "JSONL: {\"question\", \"answer\", \"evidence\"} or {\"question\", \"miss\": true} per line")->required();
   v->add_option("--store", e->store, "store from `apollo build` (default: build one in memory)");
   v->add_option("-m,--model", e->model, "GGUF path or a name in models/")->capture_default_str();
-  v->add_option("--window", e->window, "window tokens when building in memory")->capture_default_str()->check(CLI::Range(16, 8192));
-  v->add_option("--stride", e->stride, "stride when building in memory")->capture_default_str()->check(CLI::Range(1, 8192));
-  v->add_option("--layer", e->layer, "injection layer, 0..n_layers-1 (default: 7/8 of the layers)")->check(CLI::Range(0, 4096));
-  v->add_option("--coef", e->coef, "injection scale (0 = none)")->capture_default_str()->check(CLI::Range(0.0, 1e6));
-  v->add_option("--top-k", e->top_k, "entry tokens injected at most")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  add_int_flag(v, "--window", e->window, 16, 8192, "window tokens when building in memory,");
+  add_int_flag(v, "--stride", e->stride, 1, 8192, "stride when building in memory,");
+  add_int_flag(v, "--layer", e->layer, 0, 4096, "injection layer, below the model's layer count,")
+      ->default_str("7/8 of the layers");
+  add_float_flag(v, "--coef", e->coef, {0, 1e6}, "injection scale (0 = none),");
+  add_int_flag(v, "--top-k", e->top_k, 1, 1 << 20, "entry tokens injected at most,");
+  add_max_input_flag(v, e->max_input_bytes);
   v->add_flag("--no-standard", e->no_standard, "skip the whole-document standard baseline");
   add_threads_flag(v, e->threads);
   v->add_flag("--json", e->json, "one JSON object");

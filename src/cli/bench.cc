@@ -185,11 +185,12 @@ void run(const BenchArgs& a) {
 
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
+  a->engines = default_engine_spec();
   CLI::App* s = app.add_subcommand("bench", "measure prefill/decode tok/s, state size and agreement with standard");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
   s->add_option("--engines,--engine", a->engines, "engine specs, split on ';' (see `larql engines`)")->capture_default_str();
-  s->add_option("--prompt-tokens", a->prompt_tokens, "prompt length for prefill")->capture_default_str();
-  s->add_option("--decode-tokens", a->decode_tokens, "tokens to decode")->capture_default_str();
+  add_int_flag(s, "--prompt-tokens", a->prompt_tokens, 1, INT32_MAX, "prompt length for prefill,");
+  add_int_flag(s, "--decode-tokens", a->decode_tokens, 1, INT32_MAX, "tokens to decode,");
   add_threads_flag(s, a->threads);
   s->add_flag("--json", a->json, "one JSON object");
   s->callback([a] { run(*a); });

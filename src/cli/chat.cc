@@ -1,4 +1,8 @@
-// `larql chat MODEL`: interactive multi-turn chat with the model's template. Ctrl-D quits.
+// `larql chat MODEL`: interactive multi-turn chat with the model's template.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -20,49 +24,73 @@ struct ChatArgs {
   SamplerParams sampler;
 };
 
-void run(ChatArgs& a) {
-  validate(a.sampler);
-  if (a.engine.empty()) {
-    const char* env = std::getenv("LARQL_ENGINE");
-    a.engine = env != nullptr && *env != '\0' ? env : "standard";
+// Ctrl-C: during a reply it stops the reply and returns to the prompt; at the prompt (or a second
+// time before the reply has stopped) it quits, as llama.cpp's CLI does.
+std::atomic<bool> g_cancel{false};
+std::atomic<bool> g_at_prompt{false};
+
+extern "C" void on_sigint(int) {
+  if (g_at_prompt.load() || g_cancel.exchange(true)) {
+    static const char nl[] = "\n";
+    (void)!::write(2, nl, 1);
+    ::_exit(130);
   }
+}
+
+void run(ChatArgs& a) {
   const EngineSpec spec = parse_engine_spec(a.engine);
   if (!a.seed_set) a.sampler.seed = std::random_device{}();
   Loaded l = load(a.model, a.threads);
   auto engine = make_engine(spec, l.forward);
+  if (!engine->info().note.empty()) std::fprintf(stderr, "note: %s\n", engine->info().note.c_str());
   std::vector<ChatMessage> history;
   if (!a.system.empty()) history.push_back({"system", a.system});
   const bool tty = isatty(0);
-  std::fprintf(stderr, "larql chat — %s, engine %s. Ctrl-D to quit.\n", l.model->config().name.c_str(),
-               spec.to_string().c_str());
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  std::fprintf(stderr, "larql chat — %s, engine %s. Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at the prompt) quits.\n",
+               l.model->config().name.c_str(), spec.to_string().c_str());
+  const int64_t ctx = l.model->config().context_length;
   std::string line;
   for (;;) {
     if (tty) std::fprintf(stderr, "\n> ");
-    if (!std::getline(std::cin, line)) break;
+    g_at_prompt = true;
+    const bool got = static_cast<bool>(std::getline(std::cin, line));
+    g_at_prompt = false;
+    if (!got) break;
     if (line.empty()) continue;
     history.push_back({"user", line});
     // Re-encode the whole conversation: simple and exact (the engine re-prefills it).
     const std::string prompt = apply_gemma_chat_template(history, true);
-    const auto ids = l.tokenizer.encode(prompt, l.tokenizer.add_bos(), true);
+    const auto ids = encode_prompt(l.tokenizer, prompt, l.tokenizer.add_bos(), nullptr);
+    if (static_cast<int64_t>(ids.size()) >= ctx) {
+      history.pop_back();
+      std::fprintf(stderr, "error: the conversation is %zu tokens with this turn, the context holds %lld; start a new chat "
+                           "(turn skipped)\n", ids.size(), static_cast<long long>(ctx));
+      continue;
+    }
     GenerateOptions opt;
-    opt.max_tokens = std::min<int64_t>(a.n, l.model->config().context_length - static_cast<int64_t>(ids.size()));
-    if (opt.max_tokens <= 0) throw Error(ErrorKind::ContextOverflow, "the conversation no longer fits the context");
+    opt.max_tokens = a.n;
     opt.sampler = a.sampler;
+    opt.cancel = &g_cancel;
+    g_cancel = false;
     GenerateResult r;
     try {
-      r = generate(*engine, *l.forward, l.tokenizer, ids, opt, [](std::string_view s) {
-        std::fwrite(s.data(), 1, s.size(), stdout);
-        std::fflush(stdout);
-      });
+      r = generate(*engine, *l.forward, l.tokenizer, ids, opt, [](std::string_view s) { write_stdout(s); });
     } catch (const Error& e) {
-      // A turn the engine cannot serve (apollo: RetrievalMiss) drops that turn, not the session.
-      if (e.kind() != ErrorKind::RetrievalMiss && e.kind() != ErrorKind::EmptyPrompt) throw;
-      std::fprintf(stderr, "error: %s (turn skipped)\n", e.what());
+      // A turn the engine cannot serve (apollo: RetrievalMiss) drops that turn, not the session;
+      // Ctrl-C while the turn's prompt is read drops it too.
+      if (e.kind() != ErrorKind::RetrievalMiss && e.kind() != ErrorKind::EmptyPrompt && e.kind() != ErrorKind::Cancelled)
+        throw;
+      if (e.kind() == ErrorKind::Cancelled) std::fprintf(stderr, "[stopped]\n");
+      else std::fprintf(stderr, "error: %s (turn skipped)\n", e.what());
       history.pop_back();
       continue;
     }
-    std::printf("\n");
-    std::fflush(stdout);
+    write_stdout("\n");
+    if (r.stop_reason == "cancelled") std::fprintf(stderr, "[stopped]\n");
     history.push_back({"model", r.text});
   }
   std::fprintf(stderr, "\n");
@@ -72,9 +100,10 @@ void run(ChatArgs& a) {
 
 void register_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
-  CLI::App* s = app.add_subcommand("chat", "interactive multi-turn chat (Ctrl-D quits)");
+  a->engine = default_engine_spec();
+  CLI::App* s = app.add_subcommand("chat", "interactive multi-turn chat (Ctrl-C stops a reply, Ctrl-D quits)");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
-  s->add_option("-n,--n-predict", a->n, "tokens per reply at most")->capture_default_str();
+  add_int_flag(s, "-n,--n-predict", a->n, 1, INT32_MAX, "tokens per reply at most,");
   add_sampler_flags(s, a->sampler, a->seed_set);
   s->add_option("--engine", a->engine, "KV engine spec (default: $LARQL_ENGINE or standard)");
   s->add_option("--system", a->system, "system prompt");

@@ -1,6 +1,9 @@
 #include "cli/common.h"
 
 #include <sys/resource.h>
+
+#include <cerrno>
+#include <cstring>
 #include <unistd.h>
 
 #include <filesystem>
@@ -8,8 +11,10 @@
 #include <set>
 #include <sstream>
 #include <random>
+#include <thread>
 
 #include "formats/gguf.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -41,40 +46,150 @@ std::string resolve_model(const std::string& name) {
 }
 
 Loaded load(const std::string& model, int threads) {
-  auto m = Model::load(resolve_model(model));
+  const std::string path = resolve_model(model);
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (threads > 0 && cores > 0 && static_cast<unsigned>(threads) > cores)
+    std::fprintf(stderr, "warning: --threads %d is more than this machine's %u cores; it runs many times slower\n", threads,
+                 cores);
+  auto m = Model::load(path);
+  register_input(path, "the model");
   Tokenizer tok = Tokenizer::from_gguf(m->file());
   auto fwd = std::make_shared<Forward>(m, threads);
   return Loaded{m, fwd, tok};
 }
 
+namespace {
+
+/// The name a message uses for a flag: its first long name ("--temperature" of
+/// "--temperature,--temp"; "--n-predict" of "-n,--n-predict").
+std::string flag_name(const std::string& names) {
+  size_t at = 0;
+  while (at < names.size()) {
+    const size_t end = names.find(',', at);
+    const std::string n = names.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (n.rfind("--", 0) == 0) return n;
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return names.substr(0, names.find(','));
+}
+
+std::string with_default(const std::string& help, const std::string& range, const std::string& def) {
+  return help + " " + range + (def.empty() ? "" : " (default " + def + ")");
+}
+
+template <class T>
+CLI::Option* int_flag(CLI::App* app, const std::string& names, T& out, int64_t lo, int64_t hi, const std::string& help) {
+  const std::string flag = flag_name(names);
+  auto* o = app->add_option_function<std::string>(
+      names,
+      [&out, lo, hi, flag](const std::string& v) {
+        try {
+          out = static_cast<T>(parse_int(v, lo, hi, flag));
+        } catch (const Error& e) {
+          throw CLI::ValidationError(e.what());
+        }
+      },
+      with_default(help, int_range_text(lo, hi), std::to_string(out)));
+  o->type_name("INT");
+  return o;
+}
+
+template <class T>
+CLI::Option* float_flag(CLI::App* app, const std::string& names, T& out, const FloatRange& r, const std::string& help) {
+  const std::string flag = flag_name(names);
+  char def[32];
+  std::snprintf(def, sizeof def, "%g", static_cast<double>(out));
+  auto* o = app->add_option_function<std::string>(
+      names,
+      [&out, r, flag](const std::string& v) {
+        try {
+          out = static_cast<T>(parse_float(v, r, flag));
+        } catch (const Error& e) {
+          throw CLI::ValidationError(e.what());
+        }
+      },
+      with_default(help, r.to_string(), def));
+  o->type_name("NUM");
+  return o;
+}
+
+}  // namespace
+
+CLI::Option* add_int_flag(CLI::App* app, const std::string& names, int64_t& out, int64_t lo, int64_t hi,
+                          const std::string& help) {
+  return int_flag(app, names, out, lo, hi, help);
+}
+CLI::Option* add_int_flag(CLI::App* app, const std::string& names, int& out, int64_t lo, int64_t hi,
+                          const std::string& help) {
+  return int_flag(app, names, out, lo, hi, help);
+}
+CLI::Option* add_float_flag(CLI::App* app, const std::string& names, double& out, const FloatRange& r,
+                            const std::string& help) {
+  return float_flag(app, names, out, r, help);
+}
+CLI::Option* add_float_flag(CLI::App* app, const std::string& names, float& out, const FloatRange& r,
+                            const std::string& help) {
+  return float_flag(app, names, out, r, help);
+}
+
 void add_sampler_flags(CLI::App* app, SamplerParams& p, bool& seed_set) {
-  app->add_option("--temperature,--temp", p.temperature, "sampling temperature; 0 = greedy")->capture_default_str();
-  app->add_option("--top-k", p.top_k, "keep the k most likely tokens; 0 = off")->capture_default_str();
-  app->add_option("--top-p", p.top_p, "nucleus sampling mass in (0, 1]; 1 = off")->capture_default_str();
-  app->add_option("--min-p", p.min_p, "drop tokens below min-p x the top probability; 0 = off")->capture_default_str();
-  app->add_option("--repeat-penalty", p.repeat_penalty, "penalise recent tokens; 1 = off")->capture_default_str();
-  app->add_option("--repeat-last-n", p.repeat_last_n, "tokens the penalty looks back over")->capture_default_str();
-  app->add_option_function<uint64_t>("--seed", [&p, &seed_set](uint64_t s) { p.seed = s; seed_set = true; },
-                                     "random seed >= 0 (same seed, same text); default: random")
-      ->check(CLI::Validator(
-          [](std::string& v) { return v.find('-') == std::string::npos ? std::string() : "must be >= 0, got " + v; },
-          "UINT64"));
+  add_float_flag(app, "--temperature,--temp", p.temperature, {0, 1000}, "sampling temperature; 0 = greedy,");
+  add_int_flag(app, "--top-k", p.top_k, 0, INT32_MAX, "keep the k most likely tokens; 0 = off,");
+  add_float_flag(app, "--top-p", p.top_p, {0, 1, true, false}, "nucleus sampling mass; 1 = off,");
+  add_float_flag(app, "--min-p", p.min_p, {0, 1}, "drop tokens below min-p x the top probability; 0 = off,");
+  add_float_flag(app, "--repeat-penalty", p.repeat_penalty, {0, 1000, true, false}, "penalise recent tokens; 1 = off,");
+  add_int_flag(app, "--repeat-last-n", p.repeat_last_n, 0, 1 << 20, "tokens the penalty looks back over,");
+  app->add_option_function<std::string>(
+         "--seed",
+         [&p, &seed_set](const std::string& v) {
+           try {
+             p.seed = parse_uint64(v, "--seed");
+           } catch (const Error& e) {
+             throw CLI::ValidationError(e.what());
+           }
+           seed_set = true;
+         },
+         "random seed in [0, 2^64 - 1] (same seed, same text; default: random)")
+      ->type_name("INT");
 }
 
 void add_threads_flag(CLI::App* app, int& threads) {
-  app->add_option("-t,--threads", threads, "CPU threads, 1..1024 (default: all cores)")
-      ->check(CLI::Range(1, 1024));
+  add_int_flag(app, "-t,--threads", threads, 1, 1024,
+               "CPU threads (default: all cores; more than the cores runs many times slower),")
+      ->default_str("all cores");
 }
 
-std::string read_text_file(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw Error(ErrorKind::Io, path + ": is a directory, not a text file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::NotFound, path + ": cannot open text file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(ErrorKind::Io, path + ": read failed");
-  return ss.str();
+void add_max_input_flag(CLI::App* app, uint64_t& max_bytes) {
+  app->add_option_function<std::string>(
+         "--max-input-mb",
+         [&max_bytes](const std::string& v) {
+           try {
+             max_bytes = static_cast<uint64_t>(parse_int(v, 1, 1 << 20, "--max-input-mb")) << 20;
+           } catch (const Error& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         "largest text input (prompt file, document, corpus) read, MiB [1, 1,048,576] (default 64)")
+      ->type_name("INT");
+}
+
+std::string read_text_file(const std::string& path, const std::string& what, uint64_t max_bytes) {
+  return larql::read_text_file(path, what, max_bytes);
+}
+
+std::string default_engine_spec() {
+  const char* env = std::getenv("LARQL_ENGINE");
+  return env != nullptr && *env != '\0' ? env : "standard";
+}
+
+void write_stdout(std::string_view s) {
+  errno = 0;
+  if ((!s.empty() && std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) || std::fflush(stdout) != 0) {
+    const int e = errno;
+    std::clearerr(stdout);
+    throw Error(ErrorKind::Io, std::string("writing to stdout failed: ") + (e ? std::strerror(e) : "unknown error"));
+  }
 }
 
 size_t peak_rss_bytes() {

@@ -9,6 +9,8 @@
 #include "inference/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "util/parse.h"
+#include "util/text_file.h"
 
 namespace larql::cli {
 
@@ -24,11 +26,31 @@ struct Loaded {
 /// Resolve, load and bind to `threads` threads (<= 0: all cores).
 Loaded load(const std::string& model, int threads);
 
-/// Adds -t/--threads (1..1024; unset = all cores).
+/// Adds -t/--threads (1..1024; unset = all cores). More threads than cores is allowed but
+/// warned about when the model loads (it runs many times slower).
 void add_threads_flag(CLI::App* app, int& threads);
 
-/// Read a whole text file; Error{NotFound}/Error{Io} naming it (a directory is an error).
-std::string read_text_file(const std::string& path);
+// Numeric flags, parsed once by util/parse.h: overflow-checked and range-checked. A bad value
+// is a command-line error (exit 2) naming the flag and its range; the range is in --help.
+CLI::Option* add_int_flag(CLI::App* app, const std::string& names, int64_t& out, int64_t lo, int64_t hi,
+                          const std::string& help);
+CLI::Option* add_int_flag(CLI::App* app, const std::string& names, int& out, int64_t lo, int64_t hi,
+                          const std::string& help);
+CLI::Option* add_float_flag(CLI::App* app, const std::string& names, double& out, const FloatRange& range,
+                            const std::string& help);
+CLI::Option* add_float_flag(CLI::App* app, const std::string& names, float& out, const FloatRange& range,
+                            const std::string& help);
+
+/// Adds --max-input-mb (the cap on one text input read by util/text_file.h), default 64.
+void add_max_input_flag(CLI::App* app, uint64_t& max_bytes);
+
+/// Read a UTF-8 text input of at most `max_bytes` and register it as input `what` (see
+/// util/text_file.h for the errors).
+std::string read_text_file(const std::string& path, const std::string& what = "the text file",
+                           uint64_t max_bytes = kDefaultMaxInputBytes);
+
+/// The default engine spec (used by run, chat, bench, accuracy): $LARQL_ENGINE or "standard".
+std::string default_engine_spec();
 
 /// Adds -n/--temperature/--top-k/--top-p/--min-p/--repeat-penalty/--seed to a subcommand.
 void add_sampler_flags(CLI::App* app, SamplerParams& p, bool& seed_set);
@@ -44,6 +66,10 @@ void register_engines(CLI::App& app);
 void register_accuracy(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_apollo(CLI::App& app);
+
+/// Write to stdout and flush. Error{Io} naming stdout and the OS reason (a closed pipe, a full
+/// disk), so streaming stops at the first failed write.
+void write_stdout(std::string_view s);
 
 /// Peak resident set size of this process, bytes.
 size_t peak_rss_bytes();

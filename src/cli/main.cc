@@ -1,7 +1,9 @@
 // larql — command-line entry point. Each verb lives in its own file; this only dispatches and
 // turns errors into "error: ..." on stderr with a non-zero exit.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <new>
@@ -52,12 +54,22 @@ int main(int argc, char** argv) {
   } catch (const larql::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n", e.what());
+    if (e.kind() == larql::ErrorKind::Usage) {
+      std::fprintf(stderr, "Run with --help for usage.\n");
+      return 2;
+    }
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: internal: %s\n", e.what());
+    return 1;
+  }
+  // Output that did not reach its destination is a failure, not a silent success.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "error: writing to stdout failed: %s\n", errno ? std::strerror(errno) : "unknown error");
     return 1;
   }
   return 0;

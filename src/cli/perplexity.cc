@@ -3,12 +3,12 @@
 // Perplexity = exp(mean_{i=1..n-1} -log p(x_i | x_<i)), nats inside (BOS is not predicted).
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/common.h"
 #include "cli/progress.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace larql::cli {
@@ -17,41 +17,37 @@ namespace {
 struct PplArgs {
   std::string model, file, logits_out;
   int64_t max_tokens = 0;
+  uint64_t max_input_bytes = kDefaultMaxInputBytes;
   int threads = 0;
   bool json = false;
 };
 
-/// Minimal .npy v1.0 writer (format: numpy.lib.format), streaming rows.
+/// Minimal .npy v1.0 writer (format: numpy.lib.format), streaming rows through an AtomicWriter:
+/// nothing replaces the target until close().
 class NpyWriter {
  public:
-  NpyWriter(const std::string& path, int64_t rows, int64_t cols) : path_(path), out_(path, std::ios::binary) {
-    if (!out_) throw Error(ErrorKind::Io, path + ": cannot open for writing");
+  NpyWriter(const std::string& path, int64_t rows, int64_t cols) : out_(path, "--logits-out") {
     std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
                        std::to_string(cols) + "), }";
     const size_t unpadded = 10 + dict.size() + 1;
     dict += std::string((64 - unpadded % 64) % 64, ' ') + "\n";
     const uint16_t hlen = static_cast<uint16_t>(dict.size());
     out_.write("\x93NUMPY\x01\x00", 8);
-    out_.write(reinterpret_cast<const char*>(&hlen), 2);
-    out_ << dict;
+    out_.write(&hlen, 2);
+    out_.write(dict);
   }
-  void rows(const float* p, size_t n) { out_.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n * 4)); }
-  void close() {
-    out_.flush();
-    if (!out_) throw Error(ErrorKind::Io, path_ + ": write failed (disk full?)");
-  }
+  void rows(const float* p, size_t n) { out_.write(p, n * 4); }
+  void close() { out_.commit(); }
 
  private:
-  std::string path_;
-  std::ofstream out_;
+  AtomicWriter out_;
 };
 
 void run(const PplArgs& a) {
-  const std::string text = read_text_file(a.file);
+  const std::string text = read_text_file(a.file, "the text file", a.max_input_bytes);
   Loaded l = load(a.model, a.threads);
   const ModelConfig& c = l.model->config();
   auto ids = l.tokenizer.encode(text, l.tokenizer.add_bos(), /*parse_special=*/false);
-  if (a.max_tokens < 0) throw Error(ErrorKind::InvalidArgument, "--max-tokens must be >= 0");
   if (a.max_tokens > 0 && static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(static_cast<size_t>(a.max_tokens));
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n < 2) throw Error(ErrorKind::InvalidArgument, a.file + ": needs at least one token after BOS to score");
@@ -104,7 +100,8 @@ void register_perplexity(CLI::App& app) {
   CLI::App* s = app.add_subcommand("perplexity", "perplexity of a text file (every position scored)");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
   s->add_option("file", a->file, "UTF-8 text file")->required();
-  s->add_option("--max-tokens", a->max_tokens, "score only the first N tokens (BOS included)");
+  add_int_flag(s, "--max-tokens", a->max_tokens, 0, INT32_MAX, "score only the first N tokens (BOS included; 0 = all),");
+  add_max_input_flag(s, a->max_input_bytes);
   s->add_option("--logits-out", a->logits_out, "write logits [positions, vocab] f32 to this .npy");
   add_threads_flag(s, a->threads);
   s->add_flag("--json", a->json, "print {tokens, ids, nll_mean, perplexity} as JSON");

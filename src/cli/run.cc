@@ -6,21 +6,28 @@
 #include <random>
 
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "kv/generate.h"
 #include "kv/registry.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/profile.h"
 
 namespace larql::cli {
 namespace {
 
+/// Prompts at least this long show a progress bar while they are read (stderr on a terminal).
+constexpr size_t kPrefillBarTokens = 1024;
+
 struct RunArgs {
   std::string model, prompt, engine, prompt_file, save_state, resume;
   int64_t n = 128;
   int threads = 0;
   int64_t ctx_size = 0;
-  bool chat = false, json = false, seed_set = false, profile = false;
+  uint64_t max_input_bytes = kDefaultMaxInputBytes;
+  bool chat = false, json = false, seed_set = false, profile = false, ignore_eos = false;
   std::vector<std::string> stop;
+  std::vector<int32_t> stop_ids;
   SamplerParams sampler;
 };
 
@@ -55,85 +62,68 @@ void print_profile(const profile::Totals& t, const GenerateResult& r) {
 }
 
 void run(RunArgs& a) {
-  validate(a.sampler);
-  if (a.n < 0) throw Error(ErrorKind::InvalidArgument, "-n must be >= 0, got " + std::to_string(a.n));
-  if (a.engine.empty()) {
-    const char* env = std::getenv("LARQL_ENGINE");
-    a.engine = env != nullptr && *env != '\0' ? env : "standard";
-  }
   const EngineSpec spec = parse_engine_spec(a.engine);  // fail on a bad spec before loading
   if (!a.seed_set) a.sampler.seed = std::random_device{}();
   std::string prompt = a.prompt;
   if (!a.prompt_file.empty()) {
     if (!a.prompt.empty()) throw Error(ErrorKind::InvalidArgument, "give the prompt as text or with -f FILE, not both");
-    prompt = read_text_file(a.prompt_file);
+    prompt = read_text_file(a.prompt_file, "the prompt file", a.max_input_bytes);
   }
   for (const auto& s : a.stop)
     if (s.empty()) throw Error(ErrorKind::InvalidArgument, "--stop needs a non-empty string");
-  if (!a.save_state.empty()) {
-    const auto parent = std::filesystem::absolute(a.save_state).parent_path();
-    std::error_code ec;
-    if (!std::filesystem::is_directory(parent, ec))
-      throw Error(ErrorKind::NotFound, "--save-state " + a.save_state + ": directory " + parent.string() + " does not exist");
-    if (std::filesystem::is_directory(a.save_state, ec))
-      throw Error(ErrorKind::InvalidArgument, "--save-state " + a.save_state + " is a directory; give a file name");
-    // Never overwrite a file this command reads: the model, an engine's store, the resumed state is fine.
-    std::vector<std::pair<std::string, std::string>> inputs = {{"the model", resolve_model(a.model)}};
-    if (auto it = spec.params.find("store"); it != spec.params.end()) inputs.push_back({"the engine's store", it->second});
-    if (!a.prompt_file.empty()) inputs.push_back({"the prompt file", a.prompt_file});
-    for (const auto& [what, path] : inputs)
-      if (std::filesystem::equivalent(a.save_state, path, ec))
-        throw Error(ErrorKind::InvalidArgument, "--save-state " + a.save_state + " is " + what + "; refusing to overwrite it");
-  }
   const std::string user_prompt = prompt;
   Loaded l = load(a.model, a.threads);
   const int64_t model_ctx = l.model->config().context_length;
   if (a.ctx_size > model_ctx)
-    throw Error(ErrorKind::InvalidArgument, "--ctx-size must be in [1, " + std::to_string(model_ctx) + "]");
+    throw Error(ErrorKind::Usage, "--ctx-size must be an integer in " + int_range_text(1, model_ctx) +
+                                      " (this model's context), got '" + std::to_string(a.ctx_size) + "'");
   const int64_t ctx = a.ctx_size > 0 ? a.ctx_size : model_ctx;
   if (a.chat) prompt = apply_gemma_chat_template({{"user", prompt}}, true);
-  auto engine = make_engine(spec, l.forward);
-  if (!a.resume.empty()) {
-    engine->load_state(a.resume);  // refuses another model's or engine's file
-    if (prompt.empty())
-      throw Error(ErrorKind::InvalidArgument, "--resume needs a prompt: the text that continues the saved sequence");
-  }
-  // A resumed sequence already has its BOS; the prompt continues it.
+  auto engine = make_engine(spec, l.forward);  // opens the engine's own inputs (a store, a record)
+  if (!engine->info().note.empty()) std::fprintf(stderr, "note: %s\n", engine->info().note.c_str());
+  if (!a.save_state.empty()) check_output_path(a.save_state, "--save-state");  // before any generation
+  if (!a.resume.empty()) engine->load_state(a.resume);  // refuses another model's or engine's file
+  // A resumed sequence already has its BOS; the prompt continues it (and may be empty).
   const bool bos = a.resume.empty() && l.tokenizer.add_bos();
-  const auto ids = l.tokenizer.encode(prompt, bos, /*parse_special=*/true);
-  if (ids.empty()) throw Error(ErrorKind::EmptyPrompt, "the prompt has no tokens");
+  std::vector<std::string> notes;
+  const auto ids = encode_prompt(l.tokenizer, prompt, bos, &notes);
+  if (ids.empty() && a.resume.empty()) throw Error(ErrorKind::EmptyPrompt, "the prompt has no tokens");
   const int64_t past = engine->n_past();
-  if (past + static_cast<int64_t>(ids.size()) > ctx)
-    throw Error(ErrorKind::ContextOverflow, "the prompt is " + std::to_string(ids.size()) + " tokens" +
-                                                (past > 0 ? " after " + std::to_string(past) + " resumed tokens" : "") +
-                                                ", longer than the context of " + std::to_string(ctx) + " tokens");
+  if (past == 0 && static_cast<int64_t>(ids.size()) > ctx)
+    throw Error(ErrorKind::ContextOverflow, "the prompt is " + std::to_string(ids.size()) +
+                                                " tokens, longer than the context of " + std::to_string(ctx) + " tokens");
   GenerateOptions opt;
-  opt.max_tokens = std::min<int64_t>(a.n, ctx - past - static_cast<int64_t>(ids.size()));
+  opt.max_tokens = a.n;  // the context stops generation too (stop_reason "context")
   opt.continue_sequence = past > 0;
+  opt.restore_rng = !a.seed_set;  // an explicit --seed replaces the saved random state
   opt.context_limit = ctx;
-  opt.consume_last = !a.save_state.empty();
   opt.sampler = a.sampler;
   opt.stop_strings = a.stop;
+  opt.stop_at_eog = !a.ignore_eos;
+  opt.stop_ids = a.stop_ids;
+  for (const auto& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   std::function<void(std::string_view)> sink;
   if (!a.json) {
-    std::fputs(a.chat ? (user_prompt + "\n").c_str() : prompt.c_str(), stdout);
-    std::fflush(stdout);
-    sink = [](std::string_view s) {
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
-    };
+    write_stdout(a.chat ? user_prompt + "\n" : prompt);
+    sink = [](std::string_view s) { write_stdout(s); };
+  }
+  std::unique_ptr<Progress> bar;
+  if (!a.json && ids.size() >= kPrefillBarTokens) {  // a long prompt shows progress (on a terminal)
+    bar = std::make_unique<Progress>("prompt", static_cast<int64_t>(ids.size()));
+    opt.on_prefill_progress = [&bar](int64_t done, int64_t) { bar->update(done); };
   }
   profile::set_enabled(a.profile);
   profile::reset();
   GenerateResult r;
   try {
     r = generate(*engine, *l.forward, l.tokenizer, ids, opt, sink);
-  } catch (...) {
-    if (!a.json) std::fputs("\n", stdout);  // end the echoed prompt's line before the error
+  } catch (const Error& e) {
+    if (!a.json && e.kind() != ErrorKind::Io) std::fputs("\n", stdout);  // end the echoed prompt's line
     std::fflush(stdout);
     throw;
   }
   const profile::Totals prof = profile::totals();
+  for (const auto& n : r.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   if (!a.save_state.empty()) engine->save_state(a.save_state);
   if (a.json) {
     nlohmann::json j = {{"prompt_ids", r.prompt_ids}, {"ids", r.ids}, {"text", r.text},
@@ -141,10 +131,9 @@ void run(RunArgs& a) {
                         {"prefill_tokens", r.prefill_tokens}, {"prefill_tok_s", r.prefill_tok_s()},
                         {"decode_tok_s", r.decode_tok_s()}};
     if (a.profile) j["profile"] = profile_json(prof, r);
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    write_stdout(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } else {
-    std::printf("\n");
-    std::fflush(stdout);
+    write_stdout("\n");
     const std::string ran = r.prefill_tokens != static_cast<int64_t>(r.prompt_ids.size())
                                 ? " (engine context " + std::to_string(r.prefill_tokens) + ")"
                                 : "";
@@ -158,22 +147,38 @@ void run(RunArgs& a) {
 
 void register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
+  a->engine = default_engine_spec();
   CLI::App* s = app.add_subcommand("run", "generate a continuation of a prompt, streaming tokens");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
   s->add_option("prompt", a->prompt, "prompt text");
-  s->add_option("-f,--file", a->prompt_file, "read the prompt from a file");
-  s->add_option("-n,--n-predict", a->n, "tokens to generate at most")->capture_default_str();
+  s->add_option("-f,--file", a->prompt_file, "read the prompt from a UTF-8 text file");
+  add_int_flag(s, "-n,--n-predict", a->n, 0, INT32_MAX, "tokens to generate at most (the context also stops it),");
   add_sampler_flags(s, a->sampler, a->seed_set);
   s->add_option("--engine", a->engine, "KV engine spec (default: $LARQL_ENGINE or standard); see `larql engines`");
   s->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   s->add_option("--stop", a->stop, "stop before this string (repeatable)");
+  s->add_option_function<std::string>(
+       "--stop-id",
+       [a](const std::string& v) {
+         try {
+           a->stop_ids.push_back(static_cast<int32_t>(parse_int(v, 0, INT32_MAX, "--stop-id")));
+         } catch (const Error& e) {
+           throw CLI::ValidationError(e.what());
+         }
+       },
+       "also stop at this token id (repeatable; the end-of-generation ids <eos>, <end_of_turn> and </s> always stop)")
+      ->type_name("INT");
+  s->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens (<eos>, <end_of_turn>, </s>)");
   add_threads_flag(s, a->threads);
-  s->add_option("-c,--ctx-size", a->ctx_size, "context size in tokens (default: the model's)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  add_int_flag(s, "-c,--ctx-size", a->ctx_size, 1, INT32_MAX,
+               "context size in tokens, at most the model's (32,768 for Gemma 3 270M); default: the model's,")
+      ->default_str("the model's");
+  add_max_input_flag(s, a->max_input_bytes);
   s->add_flag("--json", a->json, "print one JSON object instead of streaming");
-  s->add_option("--save-state", a->save_state, "after generating, save the engine's state to this file");
+  s->add_option("--save-state", a->save_state, "after generating, save the sequence (engine state, tokens, sampler) to this file");
   s->add_flag("--profile", a->profile, "print time per stage (embed, qkv, attention, ffn, codec, lm_head)");
-  s->add_option("--resume", a->resume, "continue a sequence saved with --save-state (same model and engine)");
+  s->add_option("--resume", a->resume,
+                "continue a sequence saved with --save-state (same model and engine); the prompt may be empty");
   s->callback([a] { run(*a); });
 }
 

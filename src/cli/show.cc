@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "kv/generate.h"
 #include "formats/gguf.h"
 
 namespace larql::cli {
@@ -48,6 +49,9 @@ void run(const ShowArgs& a) {
       layers.push_back({{"sliding", l.sliding}, {"window", l.window}, {"rope_base", l.rope_base},
                         {"rope_freq_scale", l.rope_freq_scale}});
     j["layer_configs"] = layers;
+    const Tokenizer tok = Tokenizer::from_gguf(f);
+    j["tokenizer"] = {{"vocab", tok.vocab_size()}, {"bos_id", tok.bos_id()}, {"eos_id", tok.eos_id()},
+                      {"add_bos", tok.add_bos()}, {"eog_ids", eog_ids(tok)}};
     nlohmann::json ts = nlohmann::json::array();
     for (const auto& t : f.tensors())
       ts.push_back({{"name", t.name}, {"type", dtype_name(t.type)}, {"dims", t.dims}, {"bytes", t.nbytes}});

@@ -153,6 +153,7 @@ void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
     float* xt = x + t * H;
     for (int64_t i = 0; i < H; ++i) xt[i] += dt[i];
   }
+  if (layer_progress_) layer_progress_(n);
 }
 
 void Forward::layer(int64_t li, float* x, int64_t n, int64_t pos0, LayerKv& kv) {

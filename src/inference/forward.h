@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -72,6 +73,11 @@ class Forward {
   /// when the model has one).
   void logits(const float* x, int64_t n, float* logits);
 
+  /// Observe progress: `cb(n)` after every finish_layer() of n rows (so a prefill of T tokens
+  /// reports T x n_layers rows in all). It may throw to abandon the work (the sequence is then
+  /// invalid until the next prefill). Empty: off (one branch per layer).
+  void set_layer_progress(std::function<void(int64_t rows)> cb) { layer_progress_ = std::move(cb); }
+
   /// Rows per chunk in forward(); bounds scratch memory for long prompts.
   static constexpr int64_t kChunk = 512;
 
@@ -85,6 +91,7 @@ class Forward {
   std::shared_ptr<const Model> model_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;
+  std::function<void(int64_t)> layer_progress_;
 };
 
 }  // namespace larql

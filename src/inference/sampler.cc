@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <sstream>
 #include <string>
 #include <unordered_set>
 
@@ -26,6 +28,29 @@ int32_t argmax(const float* logits, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (logits[i] > logits[best]) best = i;
   return static_cast<int32_t>(best);
+}
+
+std::string SamplerParams::config_string() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "temperature=%.9g,top_k=%d,top_p=%.9g,min_p=%.9g,repeat_penalty=%.9g,repeat_last_n=%d",
+                temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n);
+  return buf;
+}
+
+std::string Sampler::rng_state() const {
+  std::ostringstream out;
+  out << rng_;
+  return out.str();
+}
+
+void Sampler::set_rng_state(const std::string& state) {
+  std::istringstream in(state);
+  std::mt19937_64 r;
+  in >> r;
+  std::string rest;
+  if (in.fail() || (in >> rest, !rest.empty()))
+    throw Error(ErrorKind::Format, "sampler state: not a random-number generator state");
+  rng_ = r;
 }
 
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { validate(p); }

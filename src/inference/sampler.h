@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace larql {
@@ -18,6 +19,11 @@ struct SamplerParams {
   float repeat_penalty = 1.0f;  ///< 1 = off; > 0
   int repeat_last_n = 64;     ///< tokens of history the penalty looks at
   uint64_t seed = 0;          ///< same seed, same text
+
+  /// Every parameter but the seed, e.g. "temperature=0.8,top_k=40,top_p=0.95,min_p=0.05,
+  /// repeat_penalty=1,repeat_last_n=64" (floats to 9 significant digits: round-trips f32).
+  /// Two samplers with the same string and the same random state draw the same tokens.
+  std::string config_string() const;
 };
 
 /// Throws Error{InvalidArgument} naming the parameter and its accepted range.
@@ -29,6 +35,10 @@ class Sampler {
   /// Pick the next token from logits [vocab]. `history` is the sequence so far (prompt included),
   /// used by the repetition penalty.
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
+  /// The random-number generator's state as text (to continue a sequence in another process).
+  std::string rng_state() const;
+  /// Restore a state from rng_state(). Error{Format} if the text is not such a state.
+  void set_rng_state(const std::string& state);
 
  private:
   SamplerParams p_;

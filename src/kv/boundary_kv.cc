@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "kv/state_file.h"
 #include "util/error.h"
@@ -17,16 +19,31 @@ std::string archive_dir_for(const BoundaryKvOptions& o) {
   return (env && *env) ? env : "./larql-archive";
 }
 
-void check_options(const BoundaryKvOptions& o) {
-  if (o.chunk_tokens <= 0)
-    throw Error(ErrorKind::InvalidArgument, "boundary-kv: chunk_tokens must be positive, got " + std::to_string(o.chunk_tokens));
-  const bool ok = !o.sequence_id.empty() && o.sequence_id != "." && o.sequence_id != ".." &&
-                  std::all_of(o.sequence_id.begin(), o.sequence_id.end(), [](char c) {
+uint64_t random_u64() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+std::string fresh_sequence_id() {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "seq-%016llx", static_cast<unsigned long long>(random_u64()));
+  return buf;
+}
+
+void check_sequence_id(const std::string& id) {
+  const bool ok = !id.empty() && id != "." && id != ".." &&
+                  std::all_of(id.begin(), id.end(), [](char c) {
                     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
                   });
   if (!ok)
-    throw Error(ErrorKind::InvalidArgument, "boundary-kv: sequence_id '" + o.sequence_id +
+    throw Error(ErrorKind::InvalidArgument, "boundary-kv: sequence_id '" + id +
                                                 "' is not a plain file name (accepted: letters, digits, '.', '_', '-')");
+}
+
+void check_options(const BoundaryKvOptions& o) {
+  if (o.chunk_tokens <= 0)
+    throw Error(ErrorKind::InvalidArgument, "boundary-kv: chunk_tokens must be positive, got " + std::to_string(o.chunk_tokens));
+  if (!o.sequence_id.empty()) check_sequence_id(o.sequence_id);
 }
 
 int32_t argmax(const std::vector<float>& v) {
@@ -38,7 +55,12 @@ int32_t argmax(const std::vector<float>& v) {
 BoundaryKvEngine::BoundaryKvEngine(std::shared_ptr<Forward> forward, BoundaryKvOptions opts)
     : fwd_(std::move(forward)), opts_(std::move(opts)), cache_(fwd_->config(), opts_.window) {
   check_options(opts_);
-  archive_path_ = (std::filesystem::path(archive_dir_for(opts_)) / opts_.sequence_id).string();
+  set_sequence(opts_.sequence_id);
+}
+
+void BoundaryKvEngine::set_sequence(const std::string& id) {
+  seq_id_ = id;
+  archive_path_ = id.empty() ? "" : (std::filesystem::path(archive_dir_for(opts_)) / id).string();
 }
 
 void BoundaryKvEngine::emit(boundary::FrameKind kind, const float* residual) {
@@ -93,7 +115,9 @@ std::vector<float> BoundaryKvEngine::prefill(const std::vector<int32_t>& tokens)
   started_ = false;
   pending_.clear();
   pending_start_ = 0;
-  boundary::archive_create(archive_path_, {fwd_->model().fingerprint(), opts_.sequence_id,
+  set_sequence(opts_.sequence_id.empty() ? fresh_sequence_id() : opts_.sequence_id);
+  archive_uid_ = random_u64();
+  boundary::archive_create(archive_path_, {fwd_->model().fingerprint(), seq_id_, archive_uid_,
                                            static_cast<uint32_t>(fwd_->config().hidden)});
   auto out = run(tokens.data(), static_cast<int64_t>(tokens.size()));
   started_ = true;
@@ -111,9 +135,12 @@ void BoundaryKvEngine::flush() {
 }
 
 std::unique_ptr<BoundaryKvEngine> BoundaryKvEngine::resume(std::shared_ptr<Forward> forward, BoundaryKvOptions opts) {
+  if (opts.sequence_id.empty())
+    throw Error(ErrorKind::InvalidArgument, "boundary-kv: resuming from an archive needs its sequence_id");
   auto e = std::make_unique<BoundaryKvEngine>(std::move(forward), std::move(opts));
   const ModelConfig& c = e->fwd_->config();
   const boundary::Archive a = boundary::archive_read(e->archive_path_);
+  e->archive_uid_ = a.header.uid;
   if (a.header.fingerprint != e->fwd_->model().fingerprint())
     throw Error(ErrorKind::InvariantViolation, e->archive_path_ + ": archive was written with another model (fingerprint " +
                                                    a.header.fingerprint + ", this model " + e->fwd_->model().fingerprint() + ")");
@@ -144,7 +171,8 @@ std::unique_ptr<BoundaryKvEngine> BoundaryKvEngine::resume(std::shared_ptr<Forwa
 }
 
 EngineInfo BoundaryKvEngine::info() const {
-  std::string cfg = "chunk_tokens=" + std::to_string(opts_.chunk_tokens) + ",sequence_id=" + opts_.sequence_id;
+  std::string cfg = "chunk_tokens=" + std::to_string(opts_.chunk_tokens);
+  if (!opts_.sequence_id.empty()) cfg += ",sequence_id=" + opts_.sequence_id;
   if (opts_.window > 0) cfg += ",window=" + std::to_string(opts_.window);
   return {"boundary-kv", "cpu", cfg};
 }
@@ -155,12 +183,15 @@ EngineMemory BoundaryKvEngine::memory() const {
 
 void BoundaryKvEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
-  StateWriter w(path, {"boundary-kv", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past())});
+  StateWriter w(path, {"boundary-kv", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past()), session_});
   for (int64_t i = 0; i < cache_.n_layers(); ++i) write_layer_kv(w, cache_.layer(i));
   w.u64(static_cast<uint64_t>(pending_start_));
   w.u64(pending_.size());
   for (int32_t t : pending_) w.u64(static_cast<uint64_t>(static_cast<uint32_t>(t)));
   w.floats(last_hidden_.data(), last_hidden_.size());
+  w.u64(archive_uid_);
+  w.u64(seq_id_.size());
+  w.bytes(seq_id_.data(), seq_id_.size());
   w.close();
 }
 
@@ -181,16 +212,30 @@ void BoundaryKvEngine::load_state(const std::string& path) {
   for (auto& t : pending) t = static_cast<int32_t>(static_cast<uint32_t>(r.u64()));
   std::vector<float> last(static_cast<size_t>(c.hidden));
   r.floats(last.data(), last.size());
+  const uint64_t uid = r.u64(), id_len = r.u64();
+  if (id_len > 255) throw Error(ErrorKind::Format, path + ": sequence id of " + std::to_string(id_len) + " bytes");
+  std::string id(static_cast<size_t>(id_len), '\0');
+  r.bytes(id.data(), id.size());
   r.expect_end();
-  const boundary::Archive a = boundary::archive_read(archive_path_);
+  check_sequence_id(id);
+  const std::string archive =
+      (std::filesystem::path(archive_dir_for(opts_)) / (opts_.sequence_id.empty() ? id : opts_.sequence_id)).string();
+  const boundary::Archive a = boundary::archive_read(archive);
+  if (a.header.uid != uid || a.header.sequence_id != id)
+    throw Error(ErrorKind::InvariantViolation, archive + ": this archive (sequence '" + a.header.sequence_id +
+                                                   "') is not the one the state " + path + " was saved with (sequence '" +
+                                                   id + "'); another run replaced it");
   const uint64_t covered = a.frames.empty() ? 0 : a.frames.back().position + 1;
   if (a.header.fingerprint != fwd_->model().fingerprint() || covered != start)
-    throw Error(ErrorKind::InvariantViolation, archive_path_ + ": archive covers " + std::to_string(covered) +
+    throw Error(ErrorKind::InvariantViolation, archive + ": archive covers " + std::to_string(covered) +
                                                    " tokens but the state's unarchived tokens start at " + std::to_string(start));
+  set_sequence(id);
+  archive_uid_ = uid;
   cache_ = std::move(fresh);
   pending_ = std::move(pending);
   pending_start_ = static_cast<int64_t>(start);
   last_hidden_ = std::move(last);
+  session_ = h.session;
   started_ = h.n_past > 0;
 }
 

@@ -28,7 +28,10 @@ namespace larql {
 struct BoundaryKvOptions {
   int64_t window = 0;          ///< as standard:window=N (0 = unbounded)
   int64_t chunk_tokens = 512;  ///< tokens per chunk; a frame at every multiple (> 0)
-  std::string sequence_id = "default";  ///< the archive's file name: [A-Za-z0-9._-], not "." / ".."
+  /// The archive's file name: [A-Za-z0-9._-], not "." / "..". "" (the default): a fresh id per
+  /// sequence ("seq-<16 hex>", made at prefill; a saved state remembers it), so two sequences
+  /// never share an archive.
+  std::string sequence_id;
   std::string archive_dir;     ///< "" = $LARQL_ARCHIVE_DIR or ./larql-archive
   boundary::GateConfig gate;
 };
@@ -64,10 +67,12 @@ class BoundaryKvEngine : public Engine {
   /// disk, not engine-held).
   EngineMemory memory() const override;
   int64_t n_past() const override { return cache_.n_past(); }
-  /// K/V (as standard) + the tokens since the last frame. The archive is not copied into it.
+  /// K/V (as standard) + the tokens since the last frame + the archive's sequence id and uid.
+  /// The archive is not copied into it.
   void save_state(const std::string& path) const override;
-  /// Also checks that the archive exists and ends where the saved state's pending tokens begin
-  /// (Error{InvariantViolation} otherwise).
+  /// Also checks that the archive is the very one the state was saved with (its uid), and that it
+  /// ends where the saved state's pending tokens begin (Error{InvariantViolation} otherwise).
+  /// Without a sequence_id key the engine takes the saved one.
   void load_state(const std::string& path) override;
 
   /// Write a Flush frame for the tokens since the last frame (no-op if there are none).
@@ -80,9 +85,12 @@ class BoundaryKvEngine : public Engine {
 
  private:
   std::vector<float> run(const int32_t* tokens, int64_t n);
+  void set_sequence(const std::string& id);
   void emit(boundary::FrameKind kind, const float* residual);
   std::shared_ptr<Forward> fwd_;
   BoundaryKvOptions opts_;
+  std::string seq_id_;        ///< opts_.sequence_id, or the fresh id of the current sequence
+  uint64_t archive_uid_ = 0;  ///< the uid written into the current sequence's archive
   std::string archive_path_;
   KvCache cache_;
   bool started_ = false;

@@ -168,12 +168,12 @@ std::vector<float> CachedResidualEngine::decode_step(int32_t token) {
 }
 
 EngineInfo CachedResidualEngine::info() const {
-  if (id_.config) return {id_.name, "cpu", *id_.config};
+  if (id_.config) return {id_.name, "cpu", *id_.config, user_note_};
   std::string cfg = window_ > 0 ? "window=" + std::to_string(window_) + "," : "";
   cfg += "policy=";
   for (ColdCodec cc : policy_) cfg += cc == ColdCodec::F32 ? 'f' : cc == ColdCodec::Bf16 ? 'b' : 'i';
   if (!note_.empty()) cfg += "," + note_;
-  return {id_.name, "cpu", cfg};
+  return {id_.name, "cpu", cfg, user_note_};
 }
 
 EngineMemory CachedResidualEngine::memory() const {
@@ -188,7 +188,7 @@ EngineMemory CachedResidualEngine::memory() const {
 
 void CachedResidualEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
-  StateWriter w(path, {id_.name, info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_)});
+  StateWriter w(path, {id_.name, info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_), session_});
   for (const Layer& L : layers_) write_residual_tiers(w, L.cold, L.hot);
   w.close();
 }
@@ -227,6 +227,7 @@ void CachedResidualEngine::load_state(const std::string& path) {
     L.v.append(v.data(), total);
   }
   r.expect_end();
+  session_ = h.session;
   layers_ = std::move(layers);
   n_past_ = n;
   started_ = true;

@@ -65,6 +65,8 @@ class CachedResidualEngine : public Engine {
   void set_layer_codec(int64_t li, ColdCodec codec);
   /// Extra text for info().config (e.g. the record's bound); "" for none.
   void set_config_note(std::string note) { note_ = std::move(note); }
+  /// EngineInfo::note (e.g. that no calibration record was found).
+  void set_user_note(std::string note) { user_note_ = std::move(note); }
 
  private:
   struct Layer {
@@ -84,6 +86,7 @@ class CachedResidualEngine : public Engine {
   std::vector<ColdCodec> policy_;
   ResidualEngineIdentity id_;
   std::string note_;
+  std::string user_note_;
   ResidualTierLimits tiers_;
   std::vector<Layer> layers_;
   int64_t n_past_ = 0;

@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "kv/cached_residual.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/hash.h"
+#include "util/text_file.h"
 
 namespace larql {
 namespace {
@@ -55,7 +57,24 @@ std::string corpus_id(const std::vector<int32_t>& tokens) {
   return buf;
 }
 
+namespace {
+
+/// "xxh3:<16 hex>" of the record without its "checksum" member, dumped compactly (keys sorted:
+/// nlohmann::json objects are ordered maps, so the dump is canonical).
+std::string record_checksum(nlohmann::json j) {
+  j.erase("checksum");
+  return "xxh3:" + hex64(xxh3_64(j.dump()));
+}
+
+void require_finite(double v, const std::string& what, const std::string& path) {
+  if (!std::isfinite(v)) throw Error(ErrorKind::Format, path + ": " + what + " is not a finite number");
+}
+
+}  // namespace
+
 void write_bpl_record(const std::string& path, const BplRecord& r) {
+  require_finite(r.budget, "budget", path);
+  require_finite(r.bound, "bound", path);
   nlohmann::json j;
   j["version"] = r.version;
   j["engine"] = "boundary-per-layer";
@@ -67,29 +86,38 @@ void write_bpl_record(const std::string& path, const BplRecord& r) {
   j["bound"] = r.bound;
   j["samples"] = r.samples;
   j["joint_cost"] = r.joint;
+  j["noise"] = r.noise;
   j["layers"] = nlohmann::json::array();
-  for (size_t i = 0; i < r.policy.size(); ++i)
-    j["layers"].push_back({{"layer", i},
-                           {"codec", cold_codec_name(r.policy[i])},
-                           {"cost", {{"f32", r.cost[i][0]}, {"bf16", r.cost[i][1]}, {"int8", r.cost[i][2]}}},
-                           {"cold_rows", r.cold_rows[i]}});
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  out.close();
-  if (!out) throw Error(ErrorKind::Io, "cannot write calibration record " + path);
+  for (size_t i = 0; i < r.policy.size(); ++i) {
+    nlohmann::json l = {{"layer", i},
+                        {"codec", cold_codec_name(r.policy[i])},
+                        {"cost", {{"f32", r.cost[i][0]}, {"bf16", r.cost[i][1]}, {"int8", r.cost[i][2]}}},
+                        {"cold_rows", r.cold_rows[i]}};
+    if (i < r.cost_se.size())
+      l["cost_se"] = {{"f32", r.cost_se[i][0]}, {"bf16", r.cost_se[i][1]}, {"int8", r.cost_se[i][2]}};
+    j["layers"].push_back(l);
+  }
+  j["checksum"] = record_checksum(j);
+  write_file_atomic(path, j.dump(2) + "\n", "calibration record");
 }
 
 BplRecord read_bpl_record(const std::string& path) {
-  if (!std::filesystem::exists(path))
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
     throw Error(ErrorKind::BackendUnavailable,
                 "boundary-per-layer: no calibration record at " + path + "; " + how_to_make());
-  std::ifstream in(path);
+  const std::string text = read_text_file(path, "the calibration record", 64 << 20);
   BplRecord r;
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json j = nlohmann::json::parse(text);
     r.version = j.at("version").get<int>();
-    if (r.version != 1)
-      throw Error(ErrorKind::Format, path + ": record version " + std::to_string(r.version) + " (this build reads 1)");
+    if (r.version != 2)
+      throw Error(ErrorKind::Format, path + ": record version " + std::to_string(r.version) +
+                                         " (this build reads 2; calibrate again)");
+    const std::string want = j.at("checksum").get<std::string>();
+    if (want != record_checksum(j))
+      throw Error(ErrorKind::Format, path + ": checksum mismatch (stored " + want + ", contents " + record_checksum(j) +
+                                         "): the record is damaged or was edited; calibrate again");
     r.fingerprint = j.at("model_fingerprint").get<std::string>();
     r.window = j.at("window").get<int64_t>();
     r.corpus_id = j.at("corpus_id").get<std::string>();
@@ -98,10 +126,15 @@ BplRecord read_bpl_record(const std::string& path) {
     r.bound = j.at("bound").get<double>();
     r.samples = j.at("samples").get<int64_t>();
     r.joint = j.value("joint_cost", 0.0);
+    r.noise = j.value("noise", 0.0);
+    require_finite(r.budget, "budget", path);
+    require_finite(r.bound, "bound", path);
+    if (r.window < 1) throw Error(ErrorKind::Format, path + ": window " + std::to_string(r.window) + " is not >= 1");
     for (const auto& l : j.at("layers")) {
       r.policy.push_back(codec_from_name(l.at("codec").get<std::string>(), path));
       const auto& c = l.at("cost");
       r.cost.push_back({c.at("f32").get<double>(), c.at("bf16").get<double>(), c.at("int8").get<double>()});
+      for (double v : r.cost.back()) require_finite(v, "a layer cost", path);
       r.cold_rows.push_back(l.value("cold_rows", int64_t{0}));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -174,6 +207,7 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
   r.budget = opt.budget;
   r.samples = S;
   r.cost.assign(static_cast<size_t>(c.n_layers), {0.0, 0.0, 0.0});
+  r.cost_se.assign(static_cast<size_t>(c.n_layers), {0.0, 0.0, 0.0});
   for (int64_t li = 0; li < c.n_layers; ++li) {
     // Cold rows of this layer at the end of the context (bytes weight for the greedy choice).
     const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
@@ -181,16 +215,22 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
     r.cold_rows.push_back(std::max<int64_t>(0, std::min(n, retain) - opt.window));
   }
   // Mean KL(exact || e) over the S teacher-forced steps, e with some layers' codecs changed.
+  // Also the standard error of that mean over the steps (the measurement's noise).
+  double last_se = 0;
   auto mean_kl = [&](CachedResidualEngine e) {
-    double sum = 0;
+    double sum = 0, sum2 = 0;
     for (int64_t s = 0; s < S; ++s) {
       log_softmax(logits(e.decode_step(corpus[static_cast<size_t>(P + s)])), lq);
       const auto& p = ref[static_cast<size_t>(s)];
       double k = 0;
       for (size_t i = 0; i < lq.size(); ++i) k += std::exp(static_cast<double>(p[i])) * (p[i] - lq[i]);
-      sum += std::max(0.0, k);
+      k = std::max(0.0, k);
+      sum += k;
+      sum2 += k * k;
     }
-    return sum / static_cast<double>(S);
+    const double n = static_cast<double>(S), mean = sum / n;
+    last_se = S > 1 ? std::sqrt(std::max(0.0, (sum2 - n * mean * mean) / (n - 1)) / n) : 0.0;
+    return mean;
   };
   const int total = static_cast<int>(c.n_layers * 2);
   int done = 0;
@@ -199,6 +239,7 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
       CachedResidualEngine e = after_prefill;
       e.set_layer_codec(li, codec);
       r.cost[static_cast<size_t>(li)][static_cast<size_t>(idx(codec))] = mean_kl(std::move(e));
+      r.cost_se[static_cast<size_t>(li)][static_cast<size_t>(idx(codec))] = last_se;
       if (progress) progress(++done, total);
     }
   // Per-layer errors do not add exactly (measured: all-int8 at a summed 0.006 nats gave 0.025
@@ -220,6 +261,10 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
     eff *= 0.5;
   }
   r.bound = std::max(summed, r.joint);
+  std::vector<double> ses;
+  for (const auto& se : r.cost_se) ses.insert(ses.end(), {se[1], se[2]});
+  std::nth_element(ses.begin(), ses.begin() + static_cast<std::ptrdiff_t>(ses.size() / 2), ses.end());
+  r.noise = ses.empty() ? 0.0 : ses[ses.size() / 2];
   return r;
 }
 
@@ -229,6 +274,22 @@ std::unique_ptr<Engine> make_boundary_per_layer(std::shared_ptr<Forward> fwd, co
   if (layers > 0 && layers != c.n_layers)
     throw Error(ErrorKind::InvalidArgument, "boundary-per-layer: layers=" + std::to_string(layers) + " but the model has " +
                                                 std::to_string(c.n_layers) + " layers (layers is the model's)");
+  std::error_code ec;
+  if (!std::filesystem::exists(record_path, ec)) {
+    // Uncalibrated: bf16 on every layer, the codec whose measured cost is smallest among those
+    // that compress (markov-rs-codec's bf16 contract: mean KL <= 0.01 nats, measured ~5e-4).
+    if (budget >= 0)
+      throw Error(ErrorKind::BackendUnavailable, "boundary-per-layer: budget=" + std::to_string(budget) +
+                                                     " needs a calibration record, and there is none at " + record_path +
+                                                     "; " + how_to_make());
+    const int64_t w = window > 0 ? window : kUncalibratedWindow;
+    auto e = std::make_unique<CachedResidualEngine>(std::move(fwd), w,
+                                                    std::vector<ColdCodec>(static_cast<size_t>(c.n_layers), ColdCodec::Bf16));
+    e->set_config_note("uncalibrated");
+    e->set_user_note("no calibration record at " + record_path + ": running bf16 on every layer (window " +
+                     std::to_string(w) + "); to choose per-layer codecs under a KL budget, " + how_to_make());
+    return e;
+  }
   const BplRecord r = read_bpl_record(record_path);
   if (r.fingerprint != fwd->model().fingerprint())
     throw Error(ErrorKind::InvariantViolation, "boundary-per-layer: calibration record " + record_path +

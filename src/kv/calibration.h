@@ -16,16 +16,19 @@
 
 namespace larql {
 
-/// The calibration record (`<model>.bpl.json`), format version 1:
-///   {"version":1, "engine":"boundary-per-layer", "model_fingerprint":..., "window":W,
+/// The calibration record (`<model>.bpl.json`), format version 2:
+///   {"version":2, "engine":"boundary-per-layer", "model_fingerprint":..., "window":W,
 ///    "corpus_id":"fnv1a64:<hex>", "corpus_tokens":T, "budget":B, "bound":S, "samples":N,
-///    "decode_steps":N, "layers":[{"layer":i, "codec":"bf16", "cost":{"f32":0,"bf16":..,"int8":..},
-///    "cold_rows":R}, ...]}
+///    "joint_cost":J, "noise":E, "layers":[{"layer":i, "codec":"bf16",
+///    "cost":{"f32":0,"bf16":..,"int8":..}, "cost_se":{...}, "cold_rows":R}, ...],
+///    "checksum":"xxh3:<16 hex>"}
+/// checksum = XXH3-64 of the compact JSON dump of the record without "checksum" (keys sorted).
+/// Every number is finite.
 /// cost = mean per-step KL(f32 markov-rs || markov-rs with only this layer's cold tier encoded)
 /// in nats over `samples` teacher-forced decode steps; joint_cost = the same for the whole chosen
 /// policy; bound = max(sum over layers of the chosen codec's cost, joint_cost) (<= budget).
 struct BplRecord {
-  int version = 1;
+  int version = 2;
   std::string fingerprint;
   int64_t window = 0;
   std::string corpus_id;
@@ -34,16 +37,21 @@ struct BplRecord {
   double bound = 0;
   int64_t samples = 0;
   double joint = 0;  ///< measured mean KL of the whole chosen policy on the calibration steps
+  double noise = 0;  ///< median standard error of the per-layer costs (nats): differences below it are noise
   std::vector<ColdCodec> policy;                ///< per layer
   std::vector<std::array<double, 3>> cost;      ///< per layer: f32, bf16, int8 (nats)
+  std::vector<std::array<double, 3>> cost_se;   ///< per layer: standard error of each cost over the steps
   std::vector<int64_t> cold_rows;               ///< per layer, at the end of the calibration context
 };
 
 /// "<model path>.bpl.json", or $LARQL_BPL_RECORD when set.
 std::string bpl_record_path(const std::string& model_path);
-/// Error{BackendUnavailable} (with how to make one) when absent; Error{Format} when malformed.
+/// Error{BackendUnavailable} (with how to make one) when absent; Error{Format} when malformed,
+/// damaged (checksum), of another version, or holding a non-finite number. Registers the file as
+/// an input of this process (util/atomic_file.h).
 BplRecord read_bpl_record(const std::string& path);
-/// Error{Io}.
+/// Written atomically (util/atomic_file.h). Error{Format} for a non-finite budget or bound;
+/// Error{Io}; Error{InvalidArgument} when `path` is an input of this process.
 void write_bpl_record(const std::string& path, const BplRecord& r);
 
 /// "fnv1a64:<16 hex>" of the token ids (little-endian i32).
@@ -68,10 +76,15 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
                                        const CalibrationOptions& opt,
                                        const std::function<void(int, int)>& progress = {});
 
+/// Hot window of an uncalibrated boundary-per-layer engine (the calibration default).
+inline constexpr int64_t kUncalibratedWindow = 64;
+
 /// The engine from a record. window/layers: 0 = the record's / the model's (a different value
 /// is Error{InvariantViolation}, resp. InvalidArgument); budget < 0 = not checked, else the
-/// record's bound must be <= budget. Errors: BackendUnavailable (no record: says how to make
-/// one), InvariantViolation (record for another model fingerprint, window or layer count).
+/// record's bound must be <= budget. Without a record at `record_path` the engine runs bf16 on
+/// every layer (window: `window` or kUncalibratedWindow; config note "uncalibrated") and its
+/// EngineInfo::note says how to calibrate. Errors: InvariantViolation (record for another model
+/// fingerprint, window or layer count, or over `budget`), Format (a damaged record).
 std::unique_ptr<Engine> make_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::string& record_path,
                                                 int64_t window, int64_t layers, double budget);
 

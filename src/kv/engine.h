@@ -15,10 +15,21 @@ struct ModelConfig;
 /// would not fit the model's context length.
 void check_context(int64_t tokens, const ModelConfig& config);
 
+/// What generation needs beyond an engine's own tensors to continue exactly as if it had never
+/// stopped. kv/generate.h keeps it current; state files (kv/state_file.h) carry it.
+struct SessionState {
+  /// Every token of the sequence in order: prompts and generated tokens, including the ones the
+  /// engine has not consumed yet (positions >= n_past(): fed first when the sequence continues).
+  std::vector<int32_t> history;
+  std::string sampler;  ///< the sampler configuration (SamplerParams::config_string()), "" if none
+  std::string rng;      ///< the sampler's random-number state (Sampler::rng_state()), "" if none
+};
+
 struct EngineInfo {
   std::string name;     ///< canonical name, e.g. "standard"
   std::string backend;  ///< "cpu"
   std::string config;   ///< e.g. "window=512" ("" for defaults)
+  std::string note;     ///< what a front end should tell the user about this engine ("" = nothing)
 };
 
 /// Engine-held state, counted by logical rows (not buffer capacity).
@@ -50,6 +61,14 @@ class Engine {
   /// Replace the state from a file. Errors: Error{Io}, Error{Format} (corrupt), and
   /// Error{InvariantViolation} for a file from another model or engine.
   virtual void load_state(const std::string& path) = 0;
+
+  /// The generation session of the current sequence; save_state() writes it, load_state()
+  /// restores it. Engines never interpret it.
+  SessionState& session() { return session_; }
+  const SessionState& session() const { return session_; }
+
+ protected:
+  SessionState session_;
 };
 
 }  // namespace larql

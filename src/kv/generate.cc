@@ -29,8 +29,20 @@ size_t held_suffix(const std::string& text, const std::vector<std::string>& stop
 std::vector<int32_t> eog_ids(const Tokenizer& tok) {
   std::vector<int32_t> ids;
   if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
-  for (const char* name : {"<end_of_turn>", "<eot>", "<|eot_id|>", "<|im_end|>"})
-    if (auto id = tok.find_token(name)) ids.push_back(*id);
+  for (const char* name : {"<end_of_turn>", "</s>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<|eom_id|>",
+                           "<EOT>"})
+    if (auto id = tok.find_token(name); id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
+  return ids;
+}
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text, bool add_bos,
+                                   std::vector<std::string>* notes) {
+  std::vector<int32_t> ids = tok.encode(text, add_bos, /*parse_special=*/true);
+  const int32_t bos = tok.bos_id();
+  if (add_bos && bos >= 0 && ids.size() >= 2 && ids[0] == bos && ids[1] == bos) {
+    ids.erase(ids.begin());
+    if (notes) notes->push_back("the prompt already starts with the BOS token; not adding another");
+  }
   return ids;
 }
 
@@ -44,15 +56,56 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
   const int64_t ctx = opt.context_limit > 0 ? std::min(opt.context_limit, forward.config().context_length)
                                            : forward.config().context_length;
   const std::vector<int32_t> eog = eog_ids(tok);
-  std::vector<int32_t> history = prompt;
+  const bool continuing = opt.continue_sequence && engine.n_past() > 0;
+  SessionState& session = engine.session();
+  std::vector<int32_t> feed = prompt;  // tokens to decode on top of the engine's state
+  if (continuing) {
+    const auto consumed = static_cast<size_t>(engine.n_past());
+    if (!session.history.empty()) {
+      if (session.history.size() < consumed)
+        throw Error(ErrorKind::Format, "session history has " + std::to_string(session.history.size()) +
+                                           " tokens, fewer than the engine's " + std::to_string(consumed));
+      for (int32_t id : session.history)
+        if (id < 0 || id >= vocab)
+          throw Error(ErrorKind::Format, "session history holds token id " + std::to_string(id) +
+                                             ", outside the vocabulary of " + std::to_string(vocab));
+      feed.insert(feed.begin(), session.history.begin() + static_cast<std::ptrdiff_t>(consumed), session.history.end());
+    }
+    if (opt.restore_rng && !session.rng.empty()) {
+      if (session.sampler == opt.sampler.config_string())
+        sampler.set_rng_state(session.rng);
+      else
+        r.notes.push_back("the saved sequence was sampled with " + session.sampler + "; continuing with " +
+                          opt.sampler.config_string() + " and a fresh random state");
+    }
+  }
   std::vector<float> logits(static_cast<size_t>(vocab));
 
   double t0 = now_s();
   std::vector<float> h;
-  if (opt.continue_sequence && engine.n_past() > 0) {
-    if (prompt.empty()) throw Error(ErrorKind::EmptyPrompt, "generate: nothing to continue with");
-    for (int32_t id : prompt) h = engine.decode_step(id);
-    r.prefill_tokens = static_cast<int64_t>(prompt.size());
+  // Prompt progress and cancellation, observed after every layer of the prompt's tokens.
+  struct ProgressHook {
+    Forward& f;
+    ~ProgressHook() { f.set_layer_progress({}); }
+  } hook{forward};
+  if (opt.on_prefill_progress || opt.cancel) {
+    const int64_t layers = forward.config().n_layers;
+    const int64_t total = static_cast<int64_t>(continuing ? feed.size() : prompt.size());
+    forward.set_layer_progress([&, rows = int64_t{0}, layers, total](int64_t n) mutable {
+      if (opt.cancel && opt.cancel->load(std::memory_order_relaxed))
+        throw Error(ErrorKind::Cancelled, "cancelled while reading the prompt");
+      rows += n;
+      if (opt.on_prefill_progress) opt.on_prefill_progress(std::min(total, rows / layers), total);
+    });
+  }
+  if (continuing) {
+    if (feed.empty()) throw Error(ErrorKind::EmptyPrompt, "generate: nothing to continue with");
+    if (engine.n_past() + static_cast<int64_t>(feed.size()) > ctx)
+      throw Error(ErrorKind::ContextOverflow, "the prompt is " + std::to_string(feed.size()) + " tokens after " +
+                                                  std::to_string(engine.n_past()) + " resumed tokens, longer than the context of " +
+                                                  std::to_string(ctx) + " tokens");
+    for (int32_t id : feed) h = engine.decode_step(id);
+    r.prefill_tokens = static_cast<int64_t>(feed.size());
   } else {
     h = engine.prefill(prompt);
     r.prefill_tokens = engine.n_past();
@@ -60,8 +113,22 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
   if (engine.n_past() > ctx)
     throw Error(ErrorKind::ContextOverflow, "the engine's context is " + std::to_string(engine.n_past()) +
                                                 " tokens after the prompt, more than the " + std::to_string(ctx) + " allowed");
+  forward.set_layer_progress({});
   forward.logits(h.data(), 1, logits.data());
   r.prefill_seconds = now_s() - t0;
+  // From here on the session describes the sequence, however the loop ends (even by an error).
+  std::vector<int32_t>& history = session.history;  // also the repetition penalty's window
+  if (!continuing) history.clear();
+  history.insert(history.end(), prompt.begin(), prompt.end());
+  struct SamplerStateOnExit {
+    SessionState& s;
+    const Sampler& sampler;
+    std::string config;
+    ~SamplerStateOnExit() {
+      s.sampler = config;
+      s.rng = sampler.rng_state();
+    }
+  } on_exit{session, sampler, opt.sampler.config_string()};
 
   StreamDecoder dec(tok, /*skip_special=*/true);
   std::string pending;  // decoded text not yet emitted (may be the start of a stop string)
@@ -78,9 +145,17 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
       r.stop_reason = "context";
       break;
     }
+    if (opt.cancel && opt.cancel->load(std::memory_order_relaxed)) {
+      r.stop_reason = "cancelled";
+      break;
+    }
     const int32_t next = sampler.sample(logits.data(), vocab, history);
     if (opt.stop_at_eog && std::find(eog.begin(), eog.end(), next) != eog.end()) {
       r.stop_reason = "eog";
+      break;
+    }
+    if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), next) != opt.stop_ids.end()) {
+      r.stop_reason = "stop_id";
       break;
     }
     r.ids.push_back(next);
@@ -100,10 +175,7 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     } else {
       emit(pending.size());
     }
-    if (step + 1 == opt.max_tokens) {
-      if (opt.consume_last) engine.decode_step(next);  // n_past < ctx: checked at the top
-      break;
-    }
+    if (step + 1 == opt.max_tokens) break;  // `next` stays in the history, not yet consumed
     h = engine.decode_step(next);
     ++r.decoded;
     forward.logits(h.data(), 1, logits.data());

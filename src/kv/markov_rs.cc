@@ -201,7 +201,7 @@ EngineMemory MarkovRsEngine::memory() const {
 
 void MarkovRsEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
-  StateWriter w(path, {name(), info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_)});
+  StateWriter w(path, {name(), info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_), session_});
   for (const Layer& L : layers_) write_residual_tiers(w, L.cold, L.hot);
   w.close();
 }
@@ -231,6 +231,7 @@ void MarkovRsEngine::load_state(const std::string& path) {
     L.kv.append(k.data(), v.data(), hot_rows);
   }
   r.expect_end();
+  session_ = h.session;
   layers_ = std::move(layers);
   n_past_ = n;
   started_ = true;

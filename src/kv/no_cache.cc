@@ -41,7 +41,7 @@ EngineMemory NoCacheEngine::memory() const { return {tokens_.size() * sizeof(int
 
 void NoCacheEngine::save_state(const std::string& path) const {
   if (tokens_.empty()) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
-  StateWriter w(path, {"no-cache", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past())});
+  StateWriter w(path, {"no-cache", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past()), session_});
   for (int32_t t : tokens_) w.u64(static_cast<uint64_t>(static_cast<uint32_t>(t)));
   w.close();
 }
@@ -59,6 +59,7 @@ void NoCacheEngine::load_state(const std::string& path) {
     t = static_cast<int32_t>(v);
   }
   r.expect_end();
+  session_ = h.session;
   tokens_ = std::move(toks);
 }
 

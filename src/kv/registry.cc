@@ -91,8 +91,12 @@ const EngineKey kColdKvKey{
     {"cache", "derive"}};
 
 /// markov-rs / markov-rs-codec in either cold_kv mode; both modes share the state-file format.
+/// markov-rs-codec's hot tier when `window` is not given: positions older than this are encoded.
+constexpr int64_t kMarkovRsCodecDefaultWindow = 256;
+
 std::unique_ptr<Engine> make_markov_rs(std::shared_ptr<Forward> f, const EngineSpec& s, ColdCodec codec) {
-  const int64_t window = s.get_int("window", 0);
+  // markov-rs is unbounded by default; the codec variant needs a bounded hot tier to encode anything.
+  const int64_t window = s.get_int("window", codec == ColdCodec::F32 ? 0 : kMarkovRsCodecDefaultWindow);
   if (s.get_string("cold_kv", "cache") == "derive") return std::make_unique<MarkovRsEngine>(std::move(f), window, codec);
   const std::string cfg = MarkovRsEngine::config_string(window, codec);
   const auto layers = static_cast<size_t>(f->config().n_layers);
@@ -157,7 +161,8 @@ const std::vector<EngineEntry>& engine_registry() {
        }},
       {"markov-rs-codec",
        {"markov_rs_codec", "markov-residual-codec", "markov_residual_codec"},
-       {{"window", KeyType::Int, "", "hot tier: newest N positions in f32; older residuals encoded (default: unbounded)", {}},
+       {{"window", KeyType::Int, std::to_string(kMarkovRsCodecDefaultWindow),
+         "hot tier: newest N positions in f32; older residuals encoded", {}},
         {"codec", KeyType::Enum, "bf16", "cold-tier residual codec", {"bf16", "int8"}},
         kColdKvKey},
        "markov-rs with the cold residual tier encoded (bf16 round-to-nearest-even, or int8 per-row scale)",
@@ -199,15 +204,16 @@ const std::vector<EngineEntry>& engine_registry() {
        {"boundary_kv", "boundary"},
        {{"window", KeyType::Int, "", "as standard:window=N (default: unbounded)", {}},
         {"chunk_tokens", KeyType::Int, "512", "a boundary frame at the end of every chunk of this many tokens", {}},
-        {"sequence_id", KeyType::String, "default",
-         "archive file name under $LARQL_ARCHIVE_DIR (default ./larql-archive); letters, digits, '.', '_', '-'", {}}},
+        {"sequence_id", KeyType::String, "",
+         "archive file name under $LARQL_ARCHIVE_DIR (default ./larql-archive); letters, digits, '.', '_', '-' "
+         "(default: a fresh id per sequence, kept in its saved state)", {}}},
        "standard K/V + gated bf16/int8 boundary frames (residual, tokens, confidence) in an on-disk archive",
        "identical to standard; resume from the archive replays its tokens exactly",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          BoundaryKvOptions o;
          o.window = s.get_int("window", 0);
          o.chunk_tokens = s.get_int("chunk_tokens", 512);
-         o.sequence_id = s.get_string("sequence_id", "default");
+         o.sequence_id = s.get_string("sequence_id", "");
          return std::make_unique<BoundaryKvEngine>(std::move(f), std::move(o));
        }},
       {"apollo",

@@ -38,7 +38,7 @@ EngineMemory StandardEngine::memory() const { return {cache_.bytes(), 0, window_
 
 void StandardEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
-  StateWriter w(path, {"standard", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past())});
+  StateWriter w(path, {"standard", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past()), session_});
   for (int64_t i = 0; i < cache_.n_layers(); ++i) write_layer_kv(w, cache_.layer(i));
   w.close();
 }
@@ -52,6 +52,7 @@ void StandardEngine::load_state(const std::string& path) {
   for (int64_t i = 0; i < fresh.n_layers(); ++i)
     read_layer_kv(r, fresh.layer(i), static_cast<int64_t>(h.n_past), -1, "layer " + std::to_string(i));
   r.expect_end();
+  session_ = h.session;
   cache_ = std::move(fresh);
   started_ = h.n_past > 0;
 }

@@ -1,34 +1,56 @@
 #include "kv/state_file.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace larql {
+namespace {
 
-StateWriter::StateWriter(const std::string& path, const StateHeader& h) : path_(path), out_(path, std::ios::binary) {
-  if (!out_) throw Error(ErrorKind::Io, path + ": cannot open for writing");
+constexpr size_t kMaxStr = 4096;          // engine, config, fingerprint, sampler
+constexpr size_t kMaxRngState = 1 << 16;  // std::mt19937_64's text state is ~6 KiB
+
+}  // namespace
+
+StateWriter::StateWriter(const std::string& path, const StateHeader& h)
+    : out_(std::make_unique<AtomicWriter>(path, "state file")) {
   raw(kStateMagic, sizeof kStateMagic);
   const uint32_t v = kStateVersion;
   raw(&v, 4);
-  for (const std::string* s : {&h.engine, &h.config, &h.fingerprint}) {
-    const uint32_t n = static_cast<uint32_t>(s->size());
+  auto str = [this](const std::string& s) {
+    const uint32_t n = static_cast<uint32_t>(s.size());
     raw(&n, 4);
-    raw(s->data(), s->size());
-  }
+    raw(s.data(), s.size());
+  };
+  str(h.engine);
+  str(h.config);
+  str(h.fingerprint);
   u64(h.n_past);
+  u64(h.session.history.size());
+  raw(h.session.history.data(), h.session.history.size() * sizeof(int32_t));
+  str(h.session.sampler);
+  str(h.session.rng);
 }
 
-void StateWriter::raw(const void* p, size_t n) { out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); }
+StateWriter::~StateWriter() = default;
+
+void StateWriter::raw(const void* p, size_t n) {
+  hash_.update(p, n);
+  out_->write(p, n);
+}
 void StateWriter::u64(uint64_t v) { raw(&v, 8); }
 void StateWriter::floats(const float* p, size_t n) { raw(p, n * sizeof(float)); }
 void StateWriter::u32s(const uint32_t* p, size_t n) { raw(p, n * sizeof(uint32_t)); }
+void StateWriter::bytes(const void* p, size_t n) { raw(p, n); }
 void StateWriter::close() {
-  out_.flush();
-  if (!out_) throw Error(ErrorKind::Io, path_ + ": write failed (disk full?)");
-  out_.close();
+  const uint64_t sum = hash_.digest();
+  out_->write(&sum, 8);
+  out_->commit();
 }
 
 StateReader::StateReader(const std::string& path) : path_(path) {
@@ -41,45 +63,62 @@ StateReader::StateReader(const std::string& path) : path_(path) {
   } catch (const std::exception& e) {
     throw Error(ErrorKind::Io, path + ": read failed: " + e.what());
   }
+  if (data_.size() < sizeof kStateMagic + 4 + 8 || std::memcmp(data_.data(), kStateMagic, 8) != 0)
+    throw Error(ErrorKind::Format, path + ": not a larql state file (bad magic at byte 0, or too short)");
+  uint32_t v = 0;
+  std::memcpy(&v, data_.data() + 8, 4);
+  if (v != kStateVersion)
+    throw Error(ErrorKind::Format, path + ": state file version " + std::to_string(v) + " (this build reads " +
+                                       std::to_string(kStateVersion) + "; save the state again with this build)");
+  end_ = data_.size() - 8;
+  uint64_t want = 0;
+  std::memcpy(&want, data_.data() + end_, 8);
+  const uint64_t got = xxh3_64(data_.data(), end_);
+  if (got != want)
+    throw Error(ErrorKind::Format, path + ": checksum mismatch (stored " + hex64(want) + ", contents " + hex64(got) +
+                                       "): the file is damaged or was modified");
 }
 
 void StateReader::raw(void* p, size_t n) {
-  if (n > data_.size() - pos_)
+  if (n > end_ - pos_)
     throw Error(ErrorKind::Format, path_ + ": state file truncated at byte " + std::to_string(pos_) + " (needed " +
                                        std::to_string(n) + " more bytes)");
   std::memcpy(p, data_.data() + pos_, n);
   pos_ += n;
 }
 
-std::string StateReader::str() {
+std::string StateReader::str(size_t max_len) {
   uint32_t n = 0;
   raw(&n, 4);
-  if (n > 4096) throw Error(ErrorKind::Format, path_ + ": string at byte " + std::to_string(pos_ - 4) + " is too long");
+  if (n > max_len) throw Error(ErrorKind::Format, path_ + ": string at byte " + std::to_string(pos_ - 4) + " is too long");
   std::string s(n, '\0');
   raw(s.data(), n);
   return s;
 }
 
 StateHeader StateReader::header(const std::string& engine, const std::string& fingerprint) {
-  char magic[8];
-  raw(magic, 8);
-  if (std::memcmp(magic, kStateMagic, 8) != 0)
-    throw Error(ErrorKind::Format, path_ + ": not a larql state file (bad magic at byte 0)");
-  uint32_t v = 0;
-  raw(&v, 4);
-  if (v != kStateVersion)
-    throw Error(ErrorKind::Format, path_ + ": state file version " + std::to_string(v) + " (this build reads " +
-                                       std::to_string(kStateVersion) + ")");
+  pos_ = 12;  // magic and version were checked by the constructor
   StateHeader h;
-  h.engine = str();
-  h.config = str();
-  h.fingerprint = str();
+  h.engine = str(kMaxStr);
+  h.config = str(kMaxStr);
+  h.fingerprint = str(kMaxStr);
   h.n_past = u64();
+  const uint64_t n = u64();
+  if (n > remaining() / sizeof(int32_t))
+    throw Error(ErrorKind::Format, path_ + ": session history of " + std::to_string(n) + " tokens at byte " +
+                                       std::to_string(pos_ - 8) + " is longer than the file");
+  h.session.history.resize(static_cast<size_t>(n));
+  raw(h.session.history.data(), h.session.history.size() * sizeof(int32_t));
+  h.session.sampler = str(kMaxStr);
+  h.session.rng = str(kMaxRngState);
   if (h.engine != engine)
     throw Error(ErrorKind::InvariantViolation, path_ + ": state was saved by engine '" + h.engine + "', not '" + engine + "'");
   if (h.fingerprint != fingerprint)
     throw Error(ErrorKind::InvariantViolation, path_ + ": state was saved with another model (fingerprint " +
                                                    h.fingerprint + ", this model " + fingerprint + ")");
+  if (!h.session.history.empty() && h.session.history.size() < h.n_past)
+    throw Error(ErrorKind::Format, path_ + ": session history of " + std::to_string(h.session.history.size()) +
+                                       " tokens is shorter than the engine's " + std::to_string(h.n_past) + " positions");
   return h;
 }
 
@@ -98,25 +137,28 @@ uint64_t StateReader::u64() {
 }
 
 void StateReader::floats(float* p, size_t n) {
-  if (n > (data_.size() - pos_) / sizeof(float))
+  if (n > (end_ - pos_) / sizeof(float))
     throw Error(ErrorKind::Format, path_ + ": state file truncated at byte " + std::to_string(pos_));
+  const size_t at = pos_;
   raw(p, n * sizeof(float));
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(p[i]))
+      throw Error(ErrorKind::Format, path_ + ": non-finite value (" + std::to_string(p[i]) + ") at byte " +
+                                         std::to_string(at + i * sizeof(float)));
 }
 
 void StateReader::u32s(uint32_t* p, size_t n) {
-  if (n > (data_.size() - pos_) / sizeof(uint32_t))
+  if (n > (end_ - pos_) / sizeof(uint32_t))
     throw Error(ErrorKind::Format, path_ + ": file truncated at byte " + std::to_string(pos_));
   raw(p, n * sizeof(uint32_t));
 }
 
+void StateReader::bytes(void* p, size_t n) { raw(p, n); }
+
 void StateReader::expect_end() {
-  if (pos_ != data_.size())
-    throw Error(ErrorKind::Format, path_ + ": " + std::to_string(data_.size() - pos_) + " unexpected bytes after the state");
+  if (pos_ != end_)
+    throw Error(ErrorKind::Format, path_ + ": " + std::to_string(end_ - pos_) + " unexpected bytes after the state");
 }
-
-}  // namespace larql
-
-namespace larql {
 
 void write_layer_kv(StateWriter& w, const LayerKv& l) {
   w.u64(static_cast<uint64_t>(l.first_pos()));

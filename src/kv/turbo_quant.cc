@@ -23,17 +23,17 @@ turbo::Codec make_codec(const Forward& f, int bits) {
   return turbo::Codec(d, bits);
 }
 
-// The state file stores f32 words; byte payloads are padded with zeros to a multiple of 4.
+// Codes are bytes, padded to a multiple of 4 (the payload stays 4-byte aligned).
 void write_bytes(StateWriter& w, const uint8_t* p, size_t n) {
-  std::vector<float> words((n + 3) / 4, 0.0f);
-  if (n) std::memcpy(words.data(), p, n);
-  w.floats(words.data(), words.size());
+  static constexpr uint8_t kZero[4] = {0, 0, 0, 0};
+  w.bytes(p, n);
+  w.bytes(kZero, (4 - n % 4) % 4);
 }
 
 void read_bytes(StateReader& r, uint8_t* p, size_t n) {
-  std::vector<float> words((n + 3) / 4);
-  r.floats(words.data(), words.size());
-  if (n) std::memcpy(p, words.data(), n);
+  uint8_t pad[4];
+  r.bytes(p, n);
+  r.bytes(pad, (4 - n % 4) % 4);
 }
 
 }  // namespace
@@ -272,7 +272,7 @@ void TurboQuantEngine::decoded_rows(int64_t layer, std::vector<float>& k, std::v
 void TurboQuantEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
   const ModelConfig& c = fwd_->config();
-  StateWriter w(path, {"turbo-quant", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_)});
+  StateWriter w(path, {"turbo-quant", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past_), session_});
   w.u64(static_cast<uint64_t>(bits_));
   w.u64(static_cast<uint64_t>(c.head_dim));
   w.u64(static_cast<uint64_t>(c.n_kv_heads));
@@ -317,6 +317,7 @@ void TurboQuantEngine::load_state(const std::string& path) {
     read_bytes(r, l.v.data(), l.v.size());
   }
   r.expect_end();
+  session_ = h.session;
   layers_ = std::move(fresh);
   n_past_ = static_cast<int64_t>(h.n_past);
   started_ = true;

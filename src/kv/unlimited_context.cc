@@ -156,7 +156,7 @@ EngineMemory UnlimitedContextEngine::memory() const {
 // u64 rows, k, v [rows*kv_dim] of the current window (with its seed rows).
 void UnlimitedContextEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
-  StateWriter w(path, {"unlimited-context", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past())});
+  StateWriter w(path, {"unlimited-context", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past()), session_});
   for (int32_t t : tokens_) w.u64(static_cast<uint32_t>(t));
   for (const Checkpoint& cp : checkpoints_) {
     w.u64(static_cast<uint64_t>(cp.pos));
@@ -206,6 +206,7 @@ void UnlimitedContextEngine::load_state(const std::string& path) {
     read_layer_kv(r, cur.back(), n, seed_first, "layer " + std::to_string(l) + " window");
   }
   r.expect_end();
+  session_ = h.session;
   tokens_ = std::move(tokens);
   checkpoints_ = std::move(cps);
   sink_ = std::move(sink);

@@ -10,6 +10,7 @@ namespace larql {
 /// The engine kinds (EmptyPrompt .. BackendFailure) follow shared/design/ENGINES.md.
 enum class ErrorKind {
   InvalidArgument,     ///< a flag, spec string or API argument is out of range
+  Usage,               ///< a command-line value found out of range after parsing (CLI exit 2)
   NotFound,            ///< a file, tensor, key or model name does not exist
   Io,                  ///< the OS refused a read/write/mmap
   Format,              ///< a file is malformed (names the field and byte offset)
@@ -20,6 +21,7 @@ enum class ErrorKind {
   RetrievalMiss,       ///< engine: retrieval found nothing (recoverable)
   InvariantViolation,  ///< engine: decode before prefill, state from another model, ...
   BackendFailure,      ///< engine: internal failure with details
+  Cancelled,           ///< the caller cancelled the work (Ctrl-C, a client that left)
 };
 
 /// Stable lower-case name of a kind, e.g. "format".

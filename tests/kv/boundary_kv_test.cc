@@ -143,10 +143,10 @@ TEST(BoundaryKv, ResumeFromArchiveContinuesIdentically) {
   // The resumed engine keeps archiving: both archives now describe the same 30 tokens.
   EXPECT_EQ(boundary::archive_read(dir2 + "/r").tokens(), std::vector<int32_t>(ids.begin(), ids.begin() + 28));
   // Another model's archive is refused; a tampered payload fails the replay check.
-  boundary::archive_create(dir2 + "/other", {"not-this-model", "other", 64});
+  boundary::archive_create(dir2 + "/other", {"not-this-model", "other", 1, 64});
   expect_error(ErrorKind::InvariantViolation, [&] { BoundaryKvEngine::resume(fwd2, opts(dir2, 4, "other")); }, "other model");
   auto arch = boundary::archive_read(dir + "/r");
-  boundary::archive_create(dir2 + "/bad", {s.model->fingerprint(), "bad", 64});
+  boundary::archive_create(dir2 + "/bad", {s.model->fingerprint(), "bad", 1, 64});
   arch.frames[1].payload[7] ^= 0x40;
   for (const auto& f : arch.frames) boundary::archive_append(dir2 + "/bad", f);
   expect_error(ErrorKind::InvariantViolation, [&] { BoundaryKvEngine::resume(fwd2, opts(dir2, 4, "bad")); }, "tampered");

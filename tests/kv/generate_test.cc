@@ -1,6 +1,8 @@
 // generate() with greedy sampling on synthetic models: max_tokens, stop strings, EOS, context.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
 #include <memory>
 #include <set>
 #include <string>
@@ -172,19 +174,132 @@ TEST(Generate, EmptyPromptIsAnError) {
   }
 }
 
-TEST(Generate, ContinueSequenceDecodesOnTopOfTheState) {
+TEST(Generate, ContinueSequenceDecodesOnTopOfTheWholeSequence) {
   Gen g;
-  // Generating after [prompt] then continuing with [more] equals generating after prompt+more.
+  // Generating after [prompt] then continuing with [more] equals generating after
+  // prompt + the generated token + more: the generated token belongs to the sequence (it is
+  // in the session's history, fed before `more`).
   const std::vector<int32_t> more = {270, 277};
-  std::vector<int32_t> joined = kPrompt;
-  joined.insert(joined.end(), more.begin(), more.end());
   StandardEngine e(g.fwd, 0);
-  generate(e, *g.fwd, g.tok, kPrompt, greedy(1), nullptr);  // prefill, one token, no decode
-  EXPECT_EQ(e.n_past(), static_cast<int64_t>(kPrompt.size()));
+  const auto first = generate(e, *g.fwd, g.tok, kPrompt, greedy(1), nullptr);
+  ASSERT_EQ(first.ids.size(), 1u);
+  EXPECT_EQ(e.n_past(), static_cast<int64_t>(kPrompt.size()));  // the generated token is pending
+  EXPECT_EQ(e.session().history.size(), kPrompt.size() + 1);
+  std::vector<int32_t> joined = kPrompt;
+  joined.push_back(first.ids[0]);
+  joined.insert(joined.end(), more.begin(), more.end());
   GenerateOptions o = greedy(5);
   o.continue_sequence = true;
   const auto r = generate(e, *g.fwd, g.tok, more, o, nullptr);
   EXPECT_EQ(r.ids, g.greedy_oracle(joined, 5));
+}
+
+// Issue 8, "resume is not the uninterrupted run": the repetition penalty must see the tokens
+// generated before the state was saved. Expected ids: the oracle over the whole sequence with
+// the penalty applied by hand.
+TEST(Generate, ResumedSequenceKeepsThePenaltyHistory) {
+  Gen g;
+  const std::string path = ::testing::TempDir() + "/larql-penalty.kv";
+  const GenerateOptions first_opt = greedy(4, false, 1.5f);
+  std::vector<int32_t> gen1;
+  {
+    StandardEngine e(g.fwd, 0);
+    gen1 = generate(e, *g.fwd, g.tok, kPrompt, first_opt, nullptr).ids;
+    e.save_state(path);
+  }
+  StandardEngine resumed(g.fwd, 0);
+  resumed.load_state(path);
+  EXPECT_EQ(resumed.session().history.size(), kPrompt.size() + 4);
+  const std::vector<int32_t> more = {270};
+  GenerateOptions o = greedy(8, false, 1.5f);
+  o.continue_sequence = true;
+  const auto r = generate(resumed, *g.fwd, g.tok, more, o, nullptr);
+  std::vector<int32_t> whole = kPrompt;
+  whole.insert(whole.end(), gen1.begin(), gen1.end());
+  whole.insert(whole.end(), more.begin(), more.end());
+  EXPECT_EQ(gen1, g.greedy_oracle(kPrompt, 4, 1.5f));
+  EXPECT_EQ(r.ids, g.greedy_oracle(whole, 8, 1.5f));
+  std::remove(path.c_str());
+}
+
+// Seeded sampling: k tokens, save, load in a fresh engine, continue with no new prompt =
+// k + m tokens in one run (the sampler's random state travels in the state file).
+TEST(Generate, SaveAtKThenContinueEqualsUninterruptedSampling) {
+  Gen g;
+  GenerateOptions o;
+  o.sampler.temperature = 1.0f;
+  o.sampler.top_k = 0;
+  o.sampler.top_p = 1.0f;
+  o.sampler.min_p = 0.0f;
+  o.sampler.repeat_penalty = 1.3f;
+  o.sampler.seed = 1234;
+  o.stop_at_eog = false;
+  for (int k : {1, 7}) {
+    o.max_tokens = k + 9;
+    std::vector<int32_t> whole;
+    {
+      StandardEngine e(g.fwd, 0);
+      whole = generate(e, *g.fwd, g.tok, kPrompt, o, nullptr).ids;
+    }
+    const std::string path = ::testing::TempDir() + "/larql-seeded.kv";
+    std::vector<int32_t> parts;
+    {
+      StandardEngine e(g.fwd, 0);
+      GenerateOptions a = o;
+      a.max_tokens = k;
+      parts = generate(e, *g.fwd, g.tok, kPrompt, a, nullptr).ids;
+      e.save_state(path);
+    }
+    StandardEngine e(g.fwd, 0);
+    e.load_state(path);
+    GenerateOptions b = o;
+    b.max_tokens = 9;
+    b.continue_sequence = true;
+    b.sampler.seed = 999;  // ignored: the saved random state continues
+    const auto rest = generate(e, *g.fwd, g.tok, {}, b, nullptr);
+    parts.insert(parts.end(), rest.ids.begin(), rest.ids.end());
+    EXPECT_EQ(parts, whole) << "k=" << k;
+    // Another sampler configuration: continues, with a fresh random state, and says so.
+    StandardEngine e2(g.fwd, 0);
+    e2.load_state(path);
+    b.sampler.temperature = 0.7f;
+    const auto other = generate(e2, *g.fwd, g.tok, {}, b, nullptr);
+    ASSERT_EQ(other.notes.size(), 1u);
+    EXPECT_NE(other.notes[0].find("temperature=0.7"), std::string::npos) << other.notes[0];
+    std::remove(path.c_str());
+  }
+}
+
+TEST(Generate, StopIdsCancelAndAFailingSinkStopGeneration) {
+  Gen g;
+  const auto free_run = g.run(kPrompt, greedy(12, false, 1.5f)).ids;
+  ASSERT_GE(free_run.size(), 6u);
+  GenerateOptions o = greedy(12, false, 1.5f);
+  o.stop_ids = {free_run[4]};
+  auto r = g.run(kPrompt, o);
+  EXPECT_EQ(r.stop_reason, "stop_id");
+  EXPECT_EQ(r.ids, std::vector<int32_t>(free_run.begin(), free_run.begin() + 4));
+  std::atomic<bool> cancel{true};
+  o = greedy(12, false, 1.5f);
+  o.cancel = &cancel;
+  StandardEngine e(g.fwd, 0);
+  try {  // set before the prompt: the prompt is abandoned within a layer
+    generate(e, *g.fwd, g.tok, kPrompt, o, nullptr);
+    ADD_FAILURE() << "not cancelled";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::Cancelled);
+  }
+  // A sink that fails (stdout closed) stops generation at that token.
+  int calls = 0;
+  StandardEngine e2(g.fwd, 0);
+  EXPECT_THROW(generate(e2, *g.fwd, g.tok, kPrompt, greedy(12, false, 1.5f),
+                        [&calls](std::string_view) {
+                          ++calls;
+                          throw Error(ErrorKind::Io, "writing to stdout failed");
+                        }),
+               Error);
+  EXPECT_EQ(calls, 1);
+  EXPECT_LE(e2.n_past(), static_cast<int64_t>(kPrompt.size()));  // nothing decoded after the failure
 }
 
 }  // namespace

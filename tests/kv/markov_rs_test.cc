@@ -263,7 +263,8 @@ TEST(MarkovRsRegistry, MakeEngineBuildsTheRightConfig) {
   Fx fx;
   EXPECT_EQ(make_engine(parse_engine_spec("none"), fx.fwd)->info().name, "no-cache");
   EXPECT_EQ(make_engine(parse_engine_spec("markov-rs:window=16"), fx.fwd)->info().config, "window=16");
-  EXPECT_EQ(make_engine(parse_engine_spec("markov-rs-codec"), fx.fwd)->info().config, "codec=bf16");
+  // Bounded by default (issue 7: unbounded, the codec never encoded anything).
+  EXPECT_EQ(make_engine(parse_engine_spec("markov-rs-codec"), fx.fwd)->info().config, "window=256,codec=bf16");
   EXPECT_EQ(make_engine(parse_engine_spec("markov-rs-codec:codec=int8,window=3"), fx.fwd)->info().config,
             "window=3,codec=int8");
 }

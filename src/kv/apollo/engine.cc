@@ -6,6 +6,7 @@
 
 #include "kv/state_file.h"
 #include "tokenizer/tokenizer.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace larql {
@@ -30,6 +31,7 @@ ApolloEngine::ApolloEngine(std::shared_ptr<Forward> forward, ApolloOptions optio
   const Tokenizer tok = Tokenizer::from_gguf(fwd_->model().file());
   bos_ = tok.bos_id();
   store_ = std::make_shared<const ApolloStore>(load_apollo_store(opt_.store, fwd_->model().fingerprint(), c.vocab));
+  register_input(opt_.store, "the engine's store");
   router_ = std::make_unique<ApolloRouter>(*store_, content_weights(tok));
 }
 
@@ -107,7 +109,7 @@ EngineMemory ApolloEngine::memory() const { return {cache_.bytes(), store_->byte
 
 void ApolloEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
-  StateWriter w(path, {"apollo", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past())});
+  StateWriter w(path, {"apollo", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past()), session_});
   for (int64_t i = 0; i < cache_.n_layers(); ++i) write_layer_kv(w, cache_.layer(i));
   w.close();
 }
@@ -121,6 +123,7 @@ void ApolloEngine::load_state(const std::string& path) {
   for (int64_t i = 0; i < fresh.n_layers(); ++i)
     read_layer_kv(r, fresh.layer(i), static_cast<int64_t>(h.n_past), -1, "layer " + std::to_string(i));
   r.expect_end();
+  session_ = h.session;
   cache_ = std::move(fresh);
   route_ = {};
   injected_.clear();
