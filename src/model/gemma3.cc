@@ -50,10 +50,9 @@ ModelConfig gemma3_config_from_gguf(const GgufFile& f) {
                                        " must be even and <= 1024");
   c.context_length = static_cast<int64_t>(f.get_uint(p + "context_length").value_or(32768));
   c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-6));
-  const auto tokens = f.find("tokenizer.ggml.tokens");
-  if (tokens == nullptr || tokens->type != GgufValueType::ARRAY)
-    throw Error(ErrorKind::Format, f.path() + ": tokenizer.ggml.tokens is missing or not an array");
-  c.vocab = static_cast<int64_t>(std::get<GgufArray>(tokens->value).items.size());
+  const auto n_tokens = f.get_array_size("tokenizer.ggml.tokens");
+  if (!n_tokens) throw Error(ErrorKind::Format, f.path() + ": tokenizer.ggml.tokens is missing");
+  c.vocab = static_cast<int64_t>(*n_tokens);
   // 27B uses hidden/heads; every other size uses head_dim (llama.cpp gemma3 loader).
   const double qpas = f.get_float(p + "attention.query_pre_attn_scalar").value_or(static_cast<double>(c.head_dim));
   c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
