@@ -210,7 +210,10 @@ class GgufWriter {
   void add_tensor(const std::string& name, DType type, std::vector<uint64_t> dims,
                   const void* data, size_t nbytes);
   std::vector<uint8_t> serialize() const;
-  void write(const std::string& path) const;  ///< Error{Io} on failure
+  /// Writes serialize() atomically (util/atomic_file.h: temporary sibling, fsync, rename), so
+  /// a failure leaves any previous file whole. Errors: those of AtomicWriter (Io with the OS
+  /// reason, InvalidArgument for a directory or a file this process reads as input).
+  void write(const std::string& path) const;
 
  private:
   struct Pending {

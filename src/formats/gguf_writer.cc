@@ -2,10 +2,10 @@
 // in insertion order, tensor infos, zero padding to the alignment, then each tensor's data at the
 // next multiple of the alignment (offsets relative to the data section).
 #include <cstring>
-#include <fstream>
 #include <limits>
 
 #include "formats/gguf.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace larql {
@@ -199,11 +199,7 @@ std::vector<uint8_t> GgufWriter::serialize() const {
 
 void GgufWriter::write(const std::string& path) const {
   const std::vector<uint8_t> bytes = serialize();
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error(ErrorKind::Io, path + ": cannot open for writing");
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  f.close();
-  if (!f) throw Error(ErrorKind::Io, path + ": write failed");
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "GGUF output");
 }
 
 }  // namespace larql
