@@ -4,10 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -23,10 +23,53 @@ enum class GgufValueType : uint32_t {
 };
 
 struct GgufValue;
-/// An array value: element type and the elements (nested arrays allowed).
-struct GgufArray {
-  GgufValueType elem_type = GgufValueType::UINT8;
-  std::vector<GgufValue> items;
+
+/// An array value, kept in its GGUF wire encoding and decoded on use, so a file's arrays cost no
+/// memory beyond the file's own bytes. Read from a file, the array is a view into those bytes and
+/// keeps the file alive; built by the factories below, it owns its encoding. Copies are cheap
+/// (they share the bytes).
+/// Cost: size(), elem_type() O(1); at(i) O(1) for fixed-size elements, O(i) for strings and
+/// arrays (each element before i is skipped); items() and the typed decoders O(n) and allocate.
+class GgufArray {
+ public:
+  GgufArray() = default;  ///< an empty array of UINT8
+  /// Encodes `items`, which must all have type `elem`. Error{InvalidArgument} if one has
+  /// another type, does not hold its declared type or does not fit it (e.g. UINT8 holding 300).
+  GgufArray(GgufValueType elem, const std::vector<GgufValue>& items);
+
+  GgufValueType elem_type() const { return elem_; }
+  uint64_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  /// Element i, decoded. Error{InvalidArgument} if i >= size().
+  GgufValue at(uint64_t i) const;
+  /// Every element, decoded (about 48 bytes each: for small arrays, tests and tools).
+  std::vector<GgufValue> items() const;
+  /// Typed decoders. Error{Format} if elem_type() is not a matching type: strings() needs
+  /// STRING; floats() FLOAT32 or FLOAT64 (narrowed to float); ints() any integer type (and a
+  /// UINT64 element above INT64_MAX).
+  std::vector<std::string> strings() const;
+  std::vector<float> floats() const;
+  std::vector<int64_t> ints() const;
+
+  /// The elements' encoding: GGUF wire format without the element type and count.
+  const uint8_t* data() const { return data_; }
+  /// Bytes of that encoding (walks the elements for string and array elements).
+  size_t encoded_size() const;
+
+ private:
+  friend class GgufFile;
+  friend struct GgufValue;
+  GgufArray(GgufValueType elem, uint64_t count, const uint8_t* data, size_t available,
+            std::shared_ptr<const void> owner)
+      : elem_(elem), count_(count), data_(data), available_(available), owner_(std::move(owner)) {}
+  /// An array owning `encoding` (already valid for `count` elements of `elem`).
+  static GgufArray owned(GgufValueType elem, uint64_t count, std::vector<uint8_t> encoding);
+
+  GgufValueType elem_ = GgufValueType::UINT8;
+  uint64_t count_ = 0;
+  const uint8_t* data_ = nullptr;
+  size_t available_ = 0;              ///< bytes readable from data_ (bounds every decode)
+  std::shared_ptr<const void> owner_;  ///< keeps data_ alive: the file, or the owned encoding
 };
 
 /// One metadata value. Integers are widened into int64/uint64, floats into double;
@@ -41,7 +84,8 @@ struct GgufValue {
   static GgufValue f32(float v);
   static GgufValue boolean(bool v);
   static GgufValue str(std::string v);
-  static GgufValue array(GgufValueType elem, std::vector<GgufValue> items);
+  /// Arrays: Error{InvalidArgument} as for GgufArray's constructor.
+  static GgufValue array(GgufValueType elem, const std::vector<GgufValue>& items);
   static GgufValue string_array(const std::vector<std::string>& v);
   static GgufValue f32_array(const std::vector<float>& v);
   static GgufValue i32_array(const std::vector<int32_t>& v);
@@ -70,7 +114,11 @@ struct GgufTensor {
 /// 1..4 nonzero dims whose element and byte counts fit (checked multiplication), row length a
 /// multiple of the type's block size, offsets a multiple of the alignment, and each tensor's
 /// bytes inside the data section and not overlapping another tensor.
-class GgufFile {
+/// Memory: metadata is validated once and then decoded on use; the file keeps 16 bytes per
+/// metadata entry (each takes at least 13 bytes of the file) and nothing per array element. The
+/// tensor table is decoded into GgufTensor entries: about 140 bytes per tensor (each takes at
+/// least 34 bytes of the file), so a hostile table costs at most ~4x its size.
+class GgufFile : public std::enable_shared_from_this<GgufFile> {
  public:
   /// Map and parse a file. Errors: NotFound/Io from the OS, Format/Unsupported as above.
   static std::shared_ptr<GgufFile> open(const std::string& path);
@@ -86,25 +134,50 @@ class GgufFile {
   /// The file's bytes [file_size()] (the mapping, or the parsed copy).
   const uint8_t* bytes() const { return base_; }
 
-  const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
-  const GgufValue* find(const std::string& key) const;
+  /// Metadata entries, in key order: i in [0, metadata_count()). The key views the file's
+  /// bytes (valid while this file lives); the value is decoded on each call.
+  size_t metadata_count() const { return entries_.size(); }
+  std::string_view metadata_key(size_t i) const;
+  GgufValue metadata_value(size_t i) const;
+  /// The value of `key`, decoded (an array is a view that keeps this file alive); nullopt if absent.
+  std::optional<GgufValue> find(std::string_view key) const;
   /// Typed getters: nullopt if absent; Error{Format} if present with an incompatible type.
   std::optional<uint64_t> get_uint(const std::string& key) const;
   std::optional<int64_t> get_int(const std::string& key) const;
   std::optional<double> get_float(const std::string& key) const;
   std::optional<bool> get_bool(const std::string& key) const;
   std::optional<std::string> get_string(const std::string& key) const;
-  /// Array getters; Error{Format} if the elements have another type.
+  /// Array getters, decoded straight from the file's bytes; Error{Format} if the value is not
+  /// an array of that element type (see GgufArray's typed decoders).
   std::optional<std::vector<std::string>> get_string_array(const std::string& key) const;
   std::optional<std::vector<float>> get_f32_array(const std::string& key) const;
   std::optional<std::vector<int64_t>> get_int_array(const std::string& key) const;
+  /// Element count of an array value without decoding it; nullopt if absent, Error{Format} if
+  /// the value is not an array.
+  std::optional<uint64_t> get_array_size(const std::string& key) const;
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find_tensor(const std::string& name) const;  ///< nullptr if absent
 
  private:
+  /// One metadata entry: the key's bytes at key_at (after its length), its value type, and the
+  /// value right after the 4-byte type tag.
+  struct Entry {
+    uint64_t key_at;
+    uint32_t key_len;
+    GgufValueType type;
+    std::string_view key(const uint8_t* base) const {
+      return {reinterpret_cast<const char*>(base + key_at), key_len};
+    }
+    size_t value_at() const { return static_cast<size_t>(key_at) + key_len + 4; }
+  };
+  static_assert(sizeof(Entry) == 16);
+
   GgufFile() = default;
   void parse_all(const std::string& name);
+  const Entry* find_entry(std::string_view key) const;
+  GgufValue decode(const Entry& e) const;
+  GgufArray array_of(const std::string& key, const GgufValue& v, const char* wanted) const;
 
   MappedFile map_;
   std::vector<uint8_t> owned_;
@@ -114,18 +187,19 @@ class GgufFile {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   size_t data_offset_ = 0;
-  std::map<std::string, GgufValue> metadata_;
+  std::vector<Entry> entries_;  ///< sorted by key
   std::vector<GgufTensor> tensors_;
-  std::map<std::string, size_t> tensor_index_;
+  std::vector<size_t> tensor_index_;    ///< tensor indices sorted by name
+  std::vector<size_t> tensor_name_at_;  ///< while parsing: where each name starts (for errors)
 };
 
 /// Builds a GGUF v3 file in memory. Tensors are laid out in insertion order at `alignment`.
 /// Metadata is written in insertion order. When `alignment` is not the default 32 and no
 /// `general.alignment` key was set, one (UINT32) is written first; a `general.alignment` set
 /// explicitly is written verbatim (tests use that to build invalid files).
-/// serialize() raises Error{InvalidArgument} for an alignment that is not a power of two, a
-/// value whose variant does not match its `type` or does not fit it (e.g. UINT8 holding 300),
-/// or an array whose items are not all of `elem_type`.
+/// serialize() raises Error{InvalidArgument} for an alignment that is not a power of two or a
+/// scalar value whose variant does not match its `type` or does not fit it (e.g. UINT8 holding
+/// 300); arrays are checked when they are built (GgufArray).
 class GgufWriter {
  public:
   explicit GgufWriter(uint64_t alignment = 32) : alignment_(alignment) {}
@@ -136,7 +210,10 @@ class GgufWriter {
   void add_tensor(const std::string& name, DType type, std::vector<uint64_t> dims,
                   const void* data, size_t nbytes);
   std::vector<uint8_t> serialize() const;
-  void write(const std::string& path) const;  ///< Error{Io} on failure
+  /// Writes serialize() atomically (util/atomic_file.h: temporary sibling, fsync, rename), so
+  /// a failure leaves any previous file whole. Errors: those of AtomicWriter (Io with the OS
+  /// reason, InvalidArgument for a directory or a file this process reads as input).
+  void write(const std::string& path) const;
 
  private:
   struct Pending {

@@ -2,10 +2,10 @@
 // in insertion order, tensor infos, zero padding to the alignment, then each tensor's data at the
 // next multiple of the alignment (offsets relative to the data section).
 #include <cstring>
-#include <fstream>
 #include <limits>
 
 #include "formats/gguf.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace larql {
@@ -62,15 +62,12 @@ void put_value(Bytes& b, const GgufValue& v, const std::string& key) {
     case GgufValueType::BOOL: b.put<uint8_t>(want(std::get_if<bool>(&v.value)) ? 1 : 0); break;
     case GgufValueType::STRING: b.put_string(want(std::get_if<std::string>(&v.value))); break;
     case GgufValueType::ARRAY: {
+      // Arrays are checked when built (GgufArray's constructor) or were validated when read.
       const GgufArray* a = std::get_if<GgufArray>(&v.value);
       if (!a) bad("GgufWriter: value of key '" + key + "' does not hold an array");
-      b.put(static_cast<uint32_t>(a->elem_type));
-      b.put<uint64_t>(a->items.size());
-      for (const auto& item : a->items) {
-        if (item.type != a->elem_type)
-          bad("GgufWriter: array '" + key + "' mixes element types");
-        put_value(b, item, key);
-      }
+      b.put(static_cast<uint32_t>(a->elem_type()));
+      b.put<uint64_t>(a->size());
+      b.out.insert(b.out.end(), a->data(), a->data() + a->encoded_size());
       break;
     }
     default: bad("GgufWriter: key '" + key + "' has an unknown value type");
@@ -78,6 +75,51 @@ void put_value(Bytes& b, const GgufValue& v, const std::string& key) {
 }
 
 }  // namespace
+
+// ---- arrays: encoded when built --------------------------------------------------------------
+
+GgufArray GgufArray::owned(GgufValueType elem, uint64_t count, std::vector<uint8_t> encoding) {
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(encoding));
+  const uint8_t* data = bytes->data();
+  const size_t n = bytes->size();
+  return GgufArray(elem, count, data, n, std::move(bytes));
+}
+
+GgufArray::GgufArray(GgufValueType elem, const std::vector<GgufValue>& items) {
+  if (static_cast<uint32_t>(elem) > static_cast<uint32_t>(GgufValueType::FLOAT64))
+    bad("GgufArray: unknown element type " + std::to_string(static_cast<uint32_t>(elem)));
+  Bytes b;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].type != elem)
+      bad("GgufArray: element " + std::to_string(i) + " has type " +
+          std::to_string(static_cast<uint32_t>(items[i].type)) + ", not the array's element type " +
+          std::to_string(static_cast<uint32_t>(elem)));
+    put_value(b, items[i], "array element " + std::to_string(i));
+  }
+  *this = owned(elem, items.size(), std::move(b.out));
+}
+
+GgufValue GgufValue::array(GgufValueType elem, const std::vector<GgufValue>& items) {
+  return {GgufValueType::ARRAY, GgufArray(elem, items)};
+}
+
+GgufValue GgufValue::string_array(const std::vector<std::string>& v) {
+  Bytes b;
+  for (const auto& s : v) b.put_string(s);
+  return {GgufValueType::ARRAY, GgufArray::owned(GgufValueType::STRING, v.size(), std::move(b.out))};
+}
+
+GgufValue GgufValue::f32_array(const std::vector<float>& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  return {GgufValueType::ARRAY,
+          GgufArray::owned(GgufValueType::FLOAT32, v.size(), std::vector<uint8_t>(p, p + v.size() * sizeof(float)))};
+}
+
+GgufValue GgufValue::i32_array(const std::vector<int32_t>& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  return {GgufValueType::ARRAY,
+          GgufArray::owned(GgufValueType::INT32, v.size(), std::vector<uint8_t>(p, p + v.size() * sizeof(int32_t)))};
+}
 
 void GgufWriter::set(const std::string& key, GgufValue value) {
   if (key.empty()) bad("GgufWriter: empty metadata key");
@@ -157,11 +199,7 @@ std::vector<uint8_t> GgufWriter::serialize() const {
 
 void GgufWriter::write(const std::string& path) const {
   const std::vector<uint8_t> bytes = serialize();
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error(ErrorKind::Io, path + ": cannot open for writing");
-  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  f.close();
-  if (!f) throw Error(ErrorKind::Io, path + ": write failed");
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "GGUF output");
 }
 
 }  // namespace larql

@@ -47,16 +47,62 @@ struct ModelConfig {
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };
 
+/// GGUF metadata keys of the model config, written after the "<arch>." prefix (llama.cpp's
+/// LLM_KV names), so a family's reader and validate_config() name the same key.
+namespace config_keys {
+inline constexpr const char* kBlockCount = "block_count";
+inline constexpr const char* kEmbeddingLength = "embedding_length";
+inline constexpr const char* kFeedForwardLength = "feed_forward_length";
+inline constexpr const char* kContextLength = "context_length";
+inline constexpr const char* kHeadCount = "attention.head_count";
+inline constexpr const char* kHeadCountKv = "attention.head_count_kv";
+inline constexpr const char* kKeyLength = "attention.key_length";
+inline constexpr const char* kValueLength = "attention.value_length";
+inline constexpr const char* kRmsEpsilon = "attention.layer_norm_rms_epsilon";
+inline constexpr const char* kSlidingWindow = "attention.sliding_window";
+inline constexpr const char* kQueryPreAttnScalar = "attention.query_pre_attn_scalar";
+inline constexpr const char* kFinalLogitSoftcap = "final_logit_softcapping";
+inline constexpr const char* kAttnLogitSoftcap = "attn_logit_softcapping";
+inline constexpr const char* kRopeFreqBase = "rope.freq_base";          ///< global layers
+inline constexpr const char* kRopeFreqBaseSwa = "rope.freq_base_swa";   ///< sliding layers
+inline constexpr const char* kRopeScalingFactor = "rope.scaling.factor";
+inline constexpr const char* kRopeScalingType = "rope.scaling.type";
+inline constexpr const char* kTokens = "tokenizer.ggml.tokens";  ///< no prefix: the vocabulary
+}  // namespace config_keys
+
+/// Limits validate_config() enforces beyond each key's natural range.
+inline constexpr int64_t kMaxHeadDim = 1024;          ///< even head_dim up to this
+inline constexpr int64_t kMaxContextLength = 1 << 24;  ///< above any published model (10M); positions stay exact in f32
+inline constexpr int64_t kMaxCount = int64_t{1} << 31; ///< any count read from metadata (layers, widths, heads)
+
 /// Architectures this build can run, for error messages.
 const std::vector<std::string>& supported_architectures();
 
-/// Read the config from GGUF metadata. Where the file is silent the family's published
-/// defaults fill in (see the family file for sources).
+/// Read the config from GGUF metadata, then validate_config() it. Where the file is silent the
+/// family's published defaults fill in (see the family file for sources).
 /// Errors: Error{Unsupported} naming the architecture and listing the supported ones;
-/// Error{Format} for a missing or inconsistent required key.
+/// Error{Format} for a missing key, a value of the wrong type or outside its valid range.
 ModelConfig config_from_gguf(const GgufFile& file);
 
-/// Gemma 3 (src/model/gemma3.cc).
+/// The one check of a config against its valid ranges and the file's tensors. Every error is
+/// Error{Format} naming the GGUF key and its value, e.g.
+/// `gemma3.attention.layer_norm_rms_epsilon = -1 is outside (0, 1)`. Checked:
+///   - block_count >= 1, and no tensor of a block at or beyond it (blk.N with N >= block_count);
+///   - embedding_length, feed_forward_length, head_count, head_count_kv >= 1;
+///     head_count a multiple of head_count_kv; key_length even in [2, kMaxHeadDim]; without a
+///     key_length key, embedding_length a multiple of head_count (head_dim is derived from it);
+///   - context_length in [1, kMaxContextLength];
+///   - layer_norm_rms_epsilon finite in (0, 1); query_pre_attn_scalar finite > 0;
+///     final/attn logit softcapping finite >= 0;
+///   - every sliding layer's window >= 1; every layer's RoPE base finite > 0 (freq_base for global
+///     layers, freq_base_swa for sliding ones) and its scaling factor finite > 0;
+///   - the vocabulary (tokenizer.ggml.tokens) has 1 .. 2^31-1 entries, as many as token_embd.weight
+///     (and output.weight, when present) has rows; token_embd rows hold embedding_length values;
+///     blk.0's q/k/ffn_up tensors have the rows the heads and widths imply.
+/// Model::load still checks every tensor's shape by name.
+void validate_config(const ModelConfig& config, const GgufFile& file);
+
+/// Gemma 3 (src/model/gemma3.cc); not validated (config_from_gguf does that).
 ModelConfig gemma3_config_from_gguf(const GgufFile& file);
 
 }  // namespace larql

@@ -8,7 +8,9 @@
 //   - embedding scaled by sqrt(hidden); RMSNorm weights in GGUF already include the +1
 //   - RoPE scaling: the 4B+ models use linear x8 on global layers; when the GGUF carries
 //     gemma3.rope.scaling.factor we apply it to global layers only.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "formats/gguf.h"
 #include "model/config.h"
@@ -17,13 +19,23 @@
 namespace larql {
 namespace {
 
-int64_t require_uint(const GgufFile& f, const std::string& key) {
+namespace k = config_keys;
+
+// A count from metadata: nullopt if absent; Error{Format} naming the key above kMaxCount (so it
+// fits int64 and nothing is sized by it before validate_config checks its real range).
+std::optional<int64_t> read_count(const GgufFile& f, const std::string& key) {
   const auto v = f.get_uint(key);
-  if (!v) throw Error(ErrorKind::Format, f.path() + ": required metadata key " + key + " is missing");
-  if (*v == 0 || *v > (1ull << 31))
-    throw Error(ErrorKind::Format, f.path() + ": metadata key " + key + " has implausible value " +
-                                       std::to_string(*v));
+  if (!v) return std::nullopt;
+  if (*v > static_cast<uint64_t>(kMaxCount))
+    throw Error(ErrorKind::Format, f.path() + ": " + key + " = " + std::to_string(*v) + " is outside [1, " +
+                                       std::to_string(kMaxCount) + "]");
   return static_cast<int64_t>(*v);
+}
+
+int64_t require_count(const GgufFile& f, const std::string& key) {
+  const auto v = read_count(f, key);
+  if (!v) throw Error(ErrorKind::Format, f.path() + ": required metadata key " + key + " is missing");
+  return *v;
 }
 
 }  // namespace
@@ -33,45 +45,47 @@ ModelConfig gemma3_config_from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = "gemma3";
   c.name = f.get_string("general.name").value_or("gemma3");
-  c.n_layers = require_uint(f, p + "block_count");
-  c.hidden = require_uint(f, p + "embedding_length");
-  c.ffn = require_uint(f, p + "feed_forward_length");
-  c.n_heads = require_uint(f, p + "attention.head_count");
-  c.n_kv_heads = f.get_uint(p + "attention.head_count_kv").value_or(static_cast<uint64_t>(c.n_heads));
-  c.head_dim = f.get_uint(p + "attention.key_length").value_or(static_cast<uint64_t>(c.hidden / c.n_heads));
-  const auto vlen = f.get_uint(p + "attention.value_length").value_or(static_cast<uint64_t>(c.head_dim));
-  if (static_cast<int64_t>(vlen) != c.head_dim)
-    throw Error(ErrorKind::Unsupported, f.path() + ": key_length != value_length is not supported");
-  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
-    throw Error(ErrorKind::Format, f.path() + ": head_count " + std::to_string(c.n_heads) +
-                                       " is not a multiple of head_count_kv " + std::to_string(c.n_kv_heads));
-  if (c.head_dim % 2 != 0 || c.head_dim > 1024)
-    throw Error(ErrorKind::Format, f.path() + ": attention.key_length " + std::to_string(c.head_dim) +
-                                       " must be even and <= 1024");
-  c.context_length = static_cast<int64_t>(f.get_uint(p + "context_length").value_or(32768));
-  c.norm_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon").value_or(1e-6));
-  const auto tokens = f.find("tokenizer.ggml.tokens");
-  if (tokens == nullptr || tokens->type != GgufValueType::ARRAY)
-    throw Error(ErrorKind::Format, f.path() + ": tokenizer.ggml.tokens is missing or not an array");
-  c.vocab = static_cast<int64_t>(std::get<GgufArray>(tokens->value).items.size());
+  c.n_layers = require_count(f, p + k::kBlockCount);
+  c.hidden = require_count(f, p + k::kEmbeddingLength);
+  c.ffn = require_count(f, p + k::kFeedForwardLength);
+  c.n_heads = require_count(f, p + k::kHeadCount);
+  c.n_kv_heads = read_count(f, p + k::kHeadCountKv).value_or(c.n_heads);
+  c.head_dim = read_count(f, p + k::kKeyLength).value_or(c.n_heads > 0 ? c.hidden / c.n_heads : 0);
+  const int64_t vlen = read_count(f, p + k::kValueLength).value_or(c.head_dim);
+  if (vlen != c.head_dim)
+    throw Error(ErrorKind::Unsupported, f.path() + ": " + p + k::kValueLength + " = " + std::to_string(vlen) +
+                                            " differs from " + p + k::kKeyLength + " = " + std::to_string(c.head_dim) +
+                                            " (key and value heads of different widths are not supported)");
+  c.context_length = read_count(f, p + k::kContextLength).value_or(32768);
+  c.norm_eps = static_cast<float>(f.get_float(p + k::kRmsEpsilon).value_or(1e-6));
+  const auto n_tokens = f.get_array_size(k::kTokens);
+  if (!n_tokens) throw Error(ErrorKind::Format, f.path() + ": required metadata key " + k::kTokens + " is missing");
+  c.vocab = static_cast<int64_t>(std::min<uint64_t>(*n_tokens, static_cast<uint64_t>(kMaxCount)));
   // 27B uses hidden/heads; every other size uses head_dim (llama.cpp gemma3 loader).
-  const double qpas = f.get_float(p + "attention.query_pre_attn_scalar").value_or(static_cast<double>(c.head_dim));
+  const double qpas = f.get_float(p + k::kQueryPreAttnScalar).value_or(static_cast<double>(c.head_dim));
   c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
   c.embed_scale = std::sqrt(static_cast<float>(c.hidden));
-  c.final_logit_softcap = static_cast<float>(f.get_float(p + "final_logit_softcapping").value_or(0.0));
-  c.attn_logit_softcap = static_cast<float>(f.get_float(p + "attn_logit_softcapping").value_or(0.0));
+  c.final_logit_softcap = static_cast<float>(f.get_float(p + k::kFinalLogitSoftcap).value_or(0.0));
+  c.attn_logit_softcap = static_cast<float>(f.get_float(p + k::kAttnLogitSoftcap).value_or(0.0));
   c.activation = Activation::GeluTanh;
   c.post_norms = true;
   c.qk_norm = true;
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
 
-  const double global_base = f.get_float(p + "rope.freq_base").value_or(1000000.0);
-  const double local_base = f.get_float(p + "rope.freq_base_swa").value_or(10000.0);
-  const double scaling = f.get_float(p + "rope.scaling.factor").value_or(1.0);
-  const std::string scaling_type = f.get_string(p + "rope.scaling.type").value_or(scaling != 1.0 ? "linear" : "none");
+  const double global_base = f.get_float(p + k::kRopeFreqBase).value_or(1000000.0);
+  const double local_base = f.get_float(p + k::kRopeFreqBaseSwa).value_or(10000.0);
+  const double scaling = f.get_float(p + k::kRopeScalingFactor).value_or(1.0);
+  const std::string scaling_type =
+      f.get_string(p + k::kRopeScalingType).value_or(scaling != 1.0 ? "linear" : "none");
   if (scaling_type != "none" && scaling_type != "linear")
-    throw Error(ErrorKind::Unsupported, f.path() + ": rope.scaling.type '" + scaling_type + "' is not supported");
-  const int64_t window = static_cast<int64_t>(f.get_uint(p + "attention.sliding_window").value_or(512));
+    throw Error(ErrorKind::Unsupported, f.path() + ": " + p + k::kRopeScalingType + " = '" + scaling_type +
+                                            "' is not supported (only none and linear)");
+  const int64_t window = read_count(f, p + k::kSlidingWindow).value_or(512);
+  // Every block has at least one tensor: a larger count cannot be right, and would size the
+  // per-layer table by a number the file does not back (validate_config checks the rest).
+  if (c.n_layers > static_cast<int64_t>(f.tensors().size()))
+    throw Error(ErrorKind::Format, f.path() + ": " + p + k::kBlockCount + " = " + std::to_string(c.n_layers) +
+                                       " is more than the file's " + std::to_string(f.tensors().size()) + " tensors");
   constexpr int kPattern = 6;
   c.layers.resize(static_cast<size_t>(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -79,7 +93,7 @@ ModelConfig gemma3_config_from_gguf(const GgufFile& f) {
     l.sliding = (i + 1) % kPattern != 0;
     l.window = l.sliding ? window : 0;
     l.rope_base = l.sliding ? local_base : global_base;
-    l.rope_freq_scale = l.sliding ? 1.0 : 1.0 / (scaling > 0 ? scaling : 1.0);
+    l.rope_freq_scale = l.sliding ? 1.0 : 1.0 / scaling;
   }
   return c;
 }

@@ -49,7 +49,7 @@ bool is_special_type(TokenType t) {
 
 /// A special id from metadata: absent -> -1; accepts any integer type.
 int32_t read_id(const GgufFile& g, const std::string& key) {
-  const GgufValue* v = g.find(key);
+  const auto v = g.find(key);
   if (!v) return -1;
   if (const auto* u = std::get_if<uint64_t>(&v->value)) {
     if (*u > static_cast<uint64_t>(INT32_MAX))

@@ -32,7 +32,7 @@ TEST(GgufSeeds, AllTypesWrittenByGgufPy) {
     SCOPED_TRACE(file);
     auto f = GgufFile::open(seed(file));
     EXPECT_EQ(f->version(), std::string(file) == "valid_v2.gguf" ? 2u : 3u);
-    EXPECT_EQ(f->metadata().size(), 17u);
+    EXPECT_EQ(f->metadata_count(), 17u);
     EXPECT_EQ(f->get_string("general.architecture"), "larqltest");
     EXPECT_EQ(f->get_uint("t.u8"), 200u);
     EXPECT_EQ(f->get_int("t.i8"), -100);
@@ -50,12 +50,12 @@ TEST(GgufSeeds, AllTypesWrittenByGgufPy) {
     EXPECT_EQ(f->get_int_array("t.arr_i32"), (std::vector<int64_t>{1, -2, 3}));
     EXPECT_EQ(f->get_f32_array("t.arr_f32"), (std::vector<float>{0.5f, -1.0f}));
     EXPECT_EQ(f->get_string_array("t.arr_str"), (std::vector<std::string>{"a", "", "ccc"}));
-    const auto& nested = std::get<GgufArray>(f->find("t.arr_nested")->value);
-    ASSERT_EQ(nested.items.size(), 2u);
-    const auto& second = std::get<GgufArray>(nested.items[1].value);
-    EXPECT_EQ(second.elem_type, GgufValueType::INT32);
-    ASSERT_EQ(second.items.size(), 1u);
-    EXPECT_EQ(std::get<int64_t>(second.items[0].value), 3);
+    const auto nested = std::get<GgufArray>(f->find("t.arr_nested")->value);
+    ASSERT_EQ(nested.size(), 2u);
+    const auto second = std::get<GgufArray>(nested.items()[1].value);
+    EXPECT_EQ(second.elem_type(), GgufValueType::INT32);
+    ASSERT_EQ(second.size(), 1u);
+    EXPECT_EQ(std::get<int64_t>(second.at(0).value), 3);
 
     EXPECT_EQ(f->data_offset(), 704u);  // GGUFReader.data_offset
     ASSERT_EQ(f->tensors().size(), 3u);
@@ -114,7 +114,7 @@ TEST(GgufRealModel, FactsMatchGgufPy) {
   auto f = GgufFile::open(path);
   EXPECT_EQ(f->version(), 3u);
   EXPECT_EQ(f->tensors().size(), 236u);
-  EXPECT_EQ(f->metadata().size(), 33u);
+  EXPECT_EQ(f->metadata_count(), 33u);
   EXPECT_EQ(f->alignment(), 32u);
   EXPECT_EQ(f->data_offset(), 6525120u);
   EXPECT_EQ(f->get_string("general.architecture"), "gemma3");

@@ -87,9 +87,9 @@ TEST(GgufWriter, RejectsBadTensors) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
   }
-  GgufWriter mixed;
-  mixed.set("m", GgufValue::array(GgufValueType::INT32, {GgufValue::i32(1), GgufValue::u32(2)}));
-  EXPECT_THROW(mixed.serialize(), Error);
+  // Arrays are checked when built: mixed element types, or an element that does not fit.
+  EXPECT_THROW(GgufValue::array(GgufValueType::INT32, {GgufValue::i32(1), GgufValue::u32(2)}), Error);
+  EXPECT_THROW(GgufValue::array(GgufValueType::UINT8, {{GgufValueType::UINT8, uint64_t{300}}}), Error);
 }
 
 TEST(GgufRoundTrip, EveryValueTypeAndNestedArrays) {
@@ -118,7 +118,7 @@ TEST(GgufRoundTrip, EveryValueTypeAndNestedArrays) {
   const Bytes bytes = w.serialize();
   auto f = parse(bytes);
   EXPECT_EQ(f->version(), 3u);
-  EXPECT_EQ(f->metadata().size(), 18u);
+  EXPECT_EQ(f->metadata_count(), 18u);
   EXPECT_EQ(f->get_uint("u8"), 255u);
   EXPECT_EQ(f->get_int("i8"), -128);
   EXPECT_EQ(f->get_uint("u16"), 65535u);
@@ -138,21 +138,24 @@ TEST(GgufRoundTrip, EveryValueTypeAndNestedArrays) {
   EXPECT_EQ(f->find("u8")->type, GgufValueType::UINT8);
   EXPECT_EQ(f->find("i16")->type, GgufValueType::INT16);
   EXPECT_EQ(f->find("f64")->type, GgufValueType::FLOAT64);
-  const auto& nested = std::get<GgufArray>(f->find("nested")->value);
-  ASSERT_EQ(nested.elem_type, GgufValueType::ARRAY);
-  ASSERT_EQ(nested.items.size(), 3u);
-  const auto& first = std::get<GgufArray>(nested.items[0].value);
-  EXPECT_EQ(first.elem_type, GgufValueType::INT32);
-  ASSERT_EQ(first.items.size(), 2u);
-  EXPECT_EQ(std::get<int64_t>(first.items[1].value), 2);
-  EXPECT_TRUE(std::get<GgufArray>(nested.items[1].value).items.empty());
-  const auto& third = std::get<GgufArray>(nested.items[2].value);
-  const auto& inner = std::get<GgufArray>(third.items[0].value);
-  EXPECT_EQ(std::get<std::string>(inner.items[0].value), "deep");
+  const auto nested = std::get<GgufArray>(f->find("nested")->value);
+  ASSERT_EQ(nested.elem_type(), GgufValueType::ARRAY);
+  ASSERT_EQ(nested.size(), 3u);
+  const auto first = std::get<GgufArray>(nested.items()[0].value);
+  EXPECT_EQ(first.elem_type(), GgufValueType::INT32);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(std::get<int64_t>(first.items()[1].value), 2);
+  EXPECT_EQ(std::get<int64_t>(first.at(1).value), 2);
+  EXPECT_TRUE(std::get<GgufArray>(nested.at(1).value).empty());
+  const auto third = std::get<GgufArray>(nested.at(2).value);
+  const auto inner = std::get<GgufArray>(third.at(0).value);
+  EXPECT_EQ(std::get<std::string>(inner.at(0).value), "deep");
+  EXPECT_EQ(inner.strings(), (std::vector<std::string>{"deep"}));
 
   // Re-serialising what we read (same keys, sorted order) gives a file of the same size.
   GgufWriter again;
-  for (const auto& [k, v] : f->metadata()) again.set(k, v);
+  for (size_t i = 0; i < f->metadata_count(); ++i)
+    again.set(std::string(f->metadata_key(i)), f->metadata_value(i));
   EXPECT_EQ(again.serialize().size(), bytes.size());
 }
 
@@ -253,6 +256,36 @@ TEST(GgufReader, TypedGettersRejectOtherTypes) {
     EXPECT_EQ(e.kind(), ErrorKind::Format);
     EXPECT_NE(std::string(e.what()).find("'neg'"), std::string::npos) << e.what();
   }
+}
+
+TEST(GgufArray, ViewsDecodeOnUseAndKeepTheFileAlive) {
+  GgufWriter w;
+  w.set("strs", GgufValue::string_array({"a", "bc", ""}));
+  w.set("u64s", GgufValue::array(GgufValueType::UINT64, {GgufValue::u64(1), GgufValue::u64(1ull << 63)}));
+  w.set("f64s", GgufValue::array(GgufValueType::FLOAT64, {{GgufValueType::FLOAT64, 0.25}}));
+  auto f = parse(w.serialize());
+  EXPECT_EQ(f->get_array_size("strs"), 3u);
+  EXPECT_EQ(f->get_array_size("absent"), std::nullopt);
+  EXPECT_EQ(f->get_f32_array("f64s"), (std::vector<float>{0.25f}));
+  try {
+    f->get_int_array("u64s");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Format);
+    EXPECT_NE(std::string(e.what()).find("'u64s'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("9223372036854775808 does not fit int64"), std::string::npos) << e.what();
+  }
+  const GgufValue v = *f->find("strs");
+  f.reset();  // the value's view holds the parsed bytes
+  const auto& a = std::get<GgufArray>(v.value);
+  EXPECT_EQ(a.elem_type(), GgufValueType::STRING);
+  EXPECT_EQ(a.strings(), (std::vector<std::string>{"a", "bc", ""}));
+  EXPECT_EQ(std::get<std::string>(a.at(1).value), "bc");
+  EXPECT_EQ(a.encoded_size(), 3 * 8 + 3u);
+  EXPECT_THROW(a.at(3), Error);
+  EXPECT_THROW(a.floats(), Error);
+  EXPECT_THROW(a.ints(), Error);
+  EXPECT_TRUE(GgufArray().empty());
 }
 
 // ---- corruptions -----------------------------------------------------------------------------
