@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -328,6 +329,64 @@ TEST_F(ApolloRealModel, ErrorsOfTheContract) {
   wrong.store = state;
   expect_error(ErrorKind::InvariantViolation, [&] { ApolloEngine(fwd_, wrong); }, "state file as a store");
   std::remove(state.c_str());
+}
+
+// Issue 7: a word at the start of a line is tokenised `Z` `anz` `ibar`, after a space
+// `▁Zanzibar`; the question must still find the line.
+TEST_F(ApolloRealModel, FindsAWordAtTheStartOfALine) {
+  const std::string doc =
+      "The harbour of Brindlemoor was rebuilt after the storm of 1802, when the old wooden pier was lost to the sea.\n"
+      "Zanzibar is an island off the coast of East Africa, famous for its cloves and its old stone town.\n"
+      "The lighthouse keeper kept a diary of every ship that passed the point during the long winter.\n";
+  const auto doc_ids = tok_->encode(doc, false, false);
+  const auto line_start = tok_->encode("\nZanzibar", false, false), after_space = tok_->encode(" Zanzibar", false, false);
+  ASSERT_EQ(after_space.size(), 1u);  // the instance: the question's token never occurs in the document
+  ASSERT_EQ(std::find(doc_ids.begin(), doc_ids.end(), after_space[0]), doc_ids.end());
+  ASSERT_GT(line_start.size(), 2u);
+  const std::string p = tmp_path("zanzibar.store");
+  save_apollo_store(build_apollo_store(doc_ids, *tok_, model_->fingerprint(), 24, 24), p);
+  ApolloOptions o;
+  o.store = p;
+  ApolloEngine eng(fwd_, o);
+  std::remove(p.c_str());
+  // The expected window: the one whose text holds the line's opening words.
+  int64_t expected = -1;
+  for (int64_t w = 0; w < static_cast<int64_t>(eng.store().windows.size()); ++w)
+    if (tok_->decode(eng.store().window_tokens_of(w)).find("Zanzibar is an island") != std::string::npos) {
+      ASSERT_EQ(expected, -1) << "the layout must put the line in one window";
+      expected = w;
+    }
+  ASSERT_GE(expected, 0);
+  for (const char* q : {"Where is Zanzibar?", "WHERE IS ZANZIBAR?", "where is zanzibar", "Zanzibar: where is it?"})
+    EXPECT_EQ(eng.route(ids(q)).window, expected) << q;
+  eng.prefill(ids("Question: Where is Zanzibar?\nAnswer:"));
+  EXPECT_EQ(eng.last_route().window, expected);
+  // The pieces of "Zanzibar" are the query's own word: never injected.
+  for (const auto& [t, c] : eng.last_entries())
+    EXPECT_EQ(std::find(line_start.begin() + 1, line_start.end(), t), line_start.end()) << tok_->token_text(t);
+  // The lighthouse line is elsewhere.
+  EXPECT_NE(eng.route(ids("Who kept a diary in the lighthouse?")).window, expected);
+}
+
+// Issue 7: route() and prefill must make one decision — a question route() retrieves a window
+// for is answered, one prefill refuses has no window.
+TEST_F(ApolloRealModel, RouteAndPrefillAgreeOnRefusals) {
+  auto eng = make();
+  for (const char* q : {"How many protons are in sodium?", "Who won the Wimbledon tennis championship?",
+                        "Did the Pellory astronomers photograph quasars, nebulae, pulsars and comets?",
+                        "Which engineer from Lowfield designed the bridge?", "In what year was the Lantern Fair started?"}) {
+    const auto prompt = ids(std::string("Question: ") + q + "\nAnswer:");
+    const ApolloRoute r = eng->route(prompt);
+    bool refused = false;
+    try {
+      eng->prefill(prompt);
+    } catch (const Error& e) {
+      ASSERT_EQ(e.kind(), ErrorKind::RetrievalMiss) << e.what();
+      refused = true;
+    }
+    EXPECT_EQ(r.window >= 0, !refused) << q << " (window " << r.window << ", coverage " << r.coverage << ")";
+    EXPECT_EQ(eng->last_route().window, r.window) << q;
+  }
 }
 
 TEST_F(ApolloRealModel, WithoutInjectionItIsStandardOverPassagePlusQuery) {
