@@ -1,4 +1,4 @@
-// The `apollo` retrieval engine. Specification: shared/design/ENGINES.md ("apollo").
+// The `apollo` retrieval engine. Specification: docs/engines.md ("apollo").
 #pragma once
 
 #include <memory>
