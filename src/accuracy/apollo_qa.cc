@@ -99,17 +99,16 @@ QaReport run_apollo_qa(std::shared_ptr<Forward> fwd, const Tokenizer& tok, Apoll
       const auto t0 = std::chrono::steady_clock::now();
       const auto h = apollo.prefill(t.prompt_ids);
       r.apollo_ms = ms_since(t0);
-      r.window = apollo.last_route().window;
-      r.coverage = apollo.last_route().coverage;
       rep.apollo_state_bytes = std::max(rep.apollo_state_bytes, apollo.memory().hot_bytes);
       score(h, t.answer_id, r.apollo_correct, r.apollo_bits);
     } catch (const Error& e) {
       r.apollo_error = std::string(error_kind_name(e.kind())) + ": " + e.what();
       r.apollo_miss = e.kind() == ErrorKind::RetrievalMiss;
-      const ApolloRoute route = apollo.route(t.prompt_ids);
-      r.window = route.window;
-      r.coverage = route.coverage;
     }
+    // The engine's own routing decision, refusals included: one notion of "retrieved".
+    r.window = apollo.last_route().window;
+    r.best_window = apollo.last_route().best;
+    r.coverage = apollo.last_route().coverage;
     if (r.window >= 0 && !q.evidence.empty()) {
       const std::string text = tok.decode(apollo.store().window_tokens_of(r.window));
       r.retrieval_hit = text.find(q.evidence) != std::string::npos;

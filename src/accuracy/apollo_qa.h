@@ -6,7 +6,8 @@
 //             each question continues from a copy of that state;
 //   apollo:   [BOS] "Question: q\nAnswer:" through the apollo engine (which retrieves a passage).
 // A question is answered when the argmax of the next-token distribution is the answer's first
-// token. Retrieval is a hit when the question's `evidence` text lies in the routed window.
+// token. Retrieval is a hit when apollo retrieved a window (its router did not refuse the
+// question) and the question's `evidence` text lies in it; a refused question is never a hit.
 // Questions marked "miss" must raise RetrievalMiss.
 #pragma once
 
@@ -40,10 +41,11 @@ struct QaResult {
   // apollo
   std::string apollo_error;  ///< error kind + message when apollo threw (expected for misses)
   bool apollo_miss = false;  ///< apollo raised RetrievalMiss
-  int64_t window = -1;
-  double coverage = 0;
+  int64_t window = -1;         ///< the window apollo retrieved; -1 when it refused (ApolloRoute::window)
+  int64_t best_window = -1;    ///< the router's best window, retrieved or not (ApolloRoute::best)
+  double coverage = 0;         ///< best_window's share of the question's content weight
   bool has_evidence = false;   ///< the item gave an "evidence" text
-  bool retrieval_hit = false;  ///< evidence inside the routed window (false without evidence)
+  bool retrieval_hit = false;  ///< a window was retrieved and holds the evidence (never with apollo_miss)
   bool apollo_correct = false;
   double apollo_bits = 0;      ///< -log2 p(answer token)
   double apollo_ms = 0;        ///< prefill wall time

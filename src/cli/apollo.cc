@@ -129,7 +129,8 @@ void eval(const EvalArgs& a) {
                 {"standard_state_bytes", r.standard_state_bytes}});
     j["items"] = nlohmann::json::array();
     for (const auto& it : r.items) {
-      nlohmann::json q = {{"question", it.question}, {"miss", it.miss}, {"window", it.window}, {"coverage", it.coverage}};
+      nlohmann::json q = {{"question", it.question}, {"miss", it.miss}, {"window", it.window}, {"best_window", it.best_window},
+                          {"coverage", it.coverage}};
       if (it.has_evidence) q["retrieval_hit"] = it.retrieval_hit;
       if (it.apollo_error.empty())
         q.update({{"apollo_correct", it.apollo_correct}, {"apollo_bits", it.apollo_bits}});
@@ -145,7 +146,7 @@ void eval(const EvalArgs& a) {
   for (const auto& it : r.items) {
     std::string q = it.question.size() > 58 ? it.question.substr(0, 57) + "~" : it.question;
     std::printf("%-60s %6lld %4.0f%% %4s %7s %9s\n", q.c_str(), (long long)it.window, 100 * it.coverage,
-                it.miss || it.window < 0 || !it.has_evidence ? "-" : it.retrieval_hit ? "yes" : "no",
+                it.miss || !it.has_evidence ? "-" : it.retrieval_hit ? "yes" : "no",
                 it.apollo_miss ? "miss" : !it.apollo_error.empty() ? "error" : it.miss ? "ANSWER" : it.apollo_correct ? "ok" : "wrong",
                 it.miss || !r.with_standard ? "-" : it.standard_correct ? "ok" : "wrong");
   }

@@ -50,6 +50,47 @@ TEST(ApolloQa, ParsesQuestionsAndNamesBadLines) {
   EXPECT_THROW(parse_qa_jsonl("\n"), Error);
 }
 
+// Issue 7: `apollo eval` reported "hit" (the evidence lies in the router's best window) and
+// "miss" (the engine refused: coverage below its threshold) for the same question. A refused
+// question retrieved nothing, so it is never a hit.
+TEST(ApolloQa, ARefusedQuestionIsNeverARetrievalHit) {
+  LARQL_REQUIRE_MODEL(path);
+  auto model = Model::load(path);
+  auto fwd = std::make_shared<Forward>(model, 2);
+  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  const std::string doc = slurp(testing::source_dir() + "/data/apollo/document.txt");
+  const std::string store = (std::filesystem::temp_directory_path() /
+                             ("larql-apollo-verdict-" + std::to_string(::getpid()) + ".store")).string();
+  save_apollo_store(build_apollo_store(tok.encode(doc, false, false), tok, model->fingerprint(), 256, 192), store);
+  ApolloOptions o;
+  o.store = store;
+  ApolloEngine apollo(fwd, o);
+  std::remove(store.c_str());
+  // One word of the question ("Pellory") points at the evidence's window; the rest are not in
+  // the document, so the question covers too little of it to be answered from there.
+  const std::string evidence = "the Pellory Lighthouse was first lit in 1738";
+  const auto items = parse_qa_jsonl(
+      "{\"question\": \"Did the Pellory astronomers photograph quasars, nebulae, pulsars and comets?\", "
+      "\"answer\": \" No\", \"evidence\": \"" + evidence + "\"}\n"
+      "{\"question\": \"In what year was the Pellory Lighthouse first lit?\", \"answer\": \" 1738\", "
+      "\"evidence\": \"" + evidence + "\"}\n");
+  const QaReport r = run_apollo_qa(fwd, tok, apollo, doc, items, /*with_standard=*/false);
+  ASSERT_EQ(r.items.size(), 2u);
+  const QaResult& refused = r.items[0];
+  ASSERT_TRUE(refused.apollo_miss) << refused.apollo_error;
+  ASSERT_GE(refused.best_window, 0);
+  // The premise: the best window does hold the evidence.
+  EXPECT_NE(tok.decode(apollo.store().window_tokens_of(refused.best_window)).find(evidence), std::string::npos);
+  EXPECT_EQ(refused.window, -1);
+  EXPECT_FALSE(refused.retrieval_hit);
+  const QaResult& answered = r.items[1];
+  EXPECT_FALSE(answered.apollo_miss) << answered.apollo_error;
+  EXPECT_EQ(answered.window, answered.best_window);
+  EXPECT_TRUE(answered.retrieval_hit);
+  EXPECT_EQ(r.retrieval_hits, 1);
+  EXPECT_EQ(r.false_misses, 1);
+}
+
 TEST(ApolloQa, RetrievalKeepsWholeDocumentAccuracy) {
   LARQL_REQUIRE_MODEL(path);
   auto model = Model::load(path);
@@ -80,6 +121,7 @@ TEST(ApolloQa, RetrievalKeepsWholeDocumentAccuracy) {
               100 * apollo_acc, 100 * standard_acc, (long long)r.document_tokens, (long long)r.retrieval_hits,
               (long long)r.answerable, (long long)r.misses_refused, (long long)r.misses, r.standard_state_bytes / 1048576.0,
               r.apollo_store_bytes / 1024.0, r.apollo_state_bytes / 1048576.0);
+  for (const auto& it : r.items) EXPECT_FALSE(it.retrieval_hit && it.apollo_miss) << it.question;
   EXPECT_EQ(r.misses_refused, r.misses) << "every unanswerable question must raise RetrievalMiss";
   EXPECT_EQ(r.false_misses, 0) << "no answerable question may be refused";
   ASSERT_EQ(r.with_evidence, r.answerable);

@@ -6,10 +6,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "kv/apollo/engine.h"
 #include "kv/apollo/router.h"
 #include "kv/apollo/store.h"
+#include "kv/apollo/words.h"
 #include "kv/registry.h"
 #include "kv/standard.h"
 #include "model/model.h"
@@ -109,55 +112,167 @@ TEST(ApolloStore, RoundTripsAndRejectsBadFiles) {
   std::remove(p.c_str());
 }
 
-// Three windows of hand-picked tokens; weights: token t weighs t / 100 for t >= 100, else 0.
+// Word pieces: the words of a token sequence and their weights (kv/apollo/words.h, router.h).
+TEST(ApolloWords, NormalisedWordsOfText) {
+  EXPECT_EQ(normalize_word("Zanzibar"), "zanzibar");
+  EXPECT_EQ(normalize_word("ZANZIBAR"), "zanzibar");
+  EXPECT_EQ(normalize_word("\xEF\xBD\x9A\xEF\xBD\x81\xEF\xBD\x8E"), "zan");  // fullwidth "ｚａｎ" (NFKC)
+  EXPECT_EQ(normalize_word("\xC3\x89TAT"), "\xC3\xA9tat");                    // "ÉTAT" -> "état"
+  EXPECT_EQ(normalize_word("Stra\xC3\x9F" "e"), "strasse");                   // "Straße": full case folding
+  using V = std::vector<std::string>;
+  EXPECT_EQ(words_of_text("Vantreel's net-mender, in 1614!"), (V{"vantreel", "s", "net", "mender", "in", "1614"}));
+  EXPECT_EQ(words_of_text("  \n\t.,;"), V{});
+  // Curly quotes and dashes separate words; combining marks stay with their letter.
+  EXPECT_EQ(words_of_text("island\xE2\x80\x94the \xE2\x80\x9Cpier\xE2\x80\x9D"), (V{"island", "the", "pier"}));
+  EXPECT_EQ(words_of_text("cafe\xCC\x81 ok"), (V{"caf\xC3\xA9", "ok"}));  // e + U+0301 -> é (NFKC composes)
+  EXPECT_EQ(words_of_text("a\xFF" "b"), (V{"a", "b"}));                   // an ill-formed byte separates
+}
+
+// A vocabulary of whole-word pieces and the split a word gets at the start of a line.
+Tokenizer word_vocab() {
+  VocabData v;
+  v.tokens = {"<bos>", "\n", ".", "\xE2\x96\x81" "alpha", "\xE2\x96\x81" "beta", "\xE2\x96\x81" "gamma",
+              "\xE2\x96\x81" "delta", "\xE2\x96\x81" "the", "Al", "pha", "\xE2\x96\x81" "Alpha", "\xE2\x96\x81" "ALPHA",
+              "\xE2\x96\x81" "epsilon", "\xE2\x96\x81" "zeta", "\xE2\x96\x81" "eta", "\xE2\x96\x81" "theta", "\xE2\x96\x81" "iota"};
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    v.scores.push_back(-static_cast<float>(i));
+    v.types.push_back(i == 0 ? TokenType::Control : TokenType::Normal);
+  }
+  v.bos_id = 0;
+  return Tokenizer(std::move(v));
+}
+enum : int32_t { kNl = 1, kDot, kAlpha, kBeta, kGamma, kDelta, kThe, kAl, kPha, kAlphaCap, kAlphaUp, kEpsilon, kZeta, kEta, kTheta, kIota };
+
+TEST(ApolloWords, SameWordsHoweverTokenised) {
+  const Tokenizer tok = word_vocab();
+  // "\nAlpha the ALPHA." with "Alpha" split at the line start, then " Alpha" as one piece.
+  const auto w = words_of_tokens(tok, {0, kNl, kAl, kPha, kThe, kAlphaUp, kDot, kAlphaCap});
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0].text, "alpha");
+  EXPECT_EQ(w[0].first, 2);  // token indices, BOS (control) counted but contributing nothing
+  EXPECT_EQ(w[0].last, 3);
+  EXPECT_EQ(w[1].text, "the");
+  EXPECT_EQ(w[2].text, "alpha");
+  EXPECT_EQ(w[2].first, 5);
+  EXPECT_EQ(w[2].last, 5);
+  EXPECT_EQ(w[3].text, "alpha");
+  EXPECT_EQ(w[3].first, 7);
+}
+
+// Scores 0, -1, -2, ... so a piece's rank is its id + 1; fillers keep the test pieces' ranks
+// where the formula needs them.
+TEST(ApolloWords, WordWeightSumsThePiecesOfTheWordAfterASpace) {
+  VocabData v;
+  auto add = [&](const std::string& piece) {
+    v.tokens.push_back(piece);
+    v.types.push_back(v.tokens.size() == 1 ? TokenType::Control : TokenType::Normal);
+    v.scores.push_back(-static_cast<float>(v.scores.size()));
+  };
+  auto fill_to = [&](size_t id) {
+    while (v.tokens.size() < id) add("\xE2\x96\x81" "f" + std::to_string(v.tokens.size()));
+  };
+  const std::string sp = "\xE2\x96\x81";
+  add("<bos>");
+  add(sp + "the");  // rank 2: frequent, weight 0
+  fill_to(350);
+  for (const char* p : {"c", "a", "t", "h", "e", "z", "b", "r"}) add(p);
+  for (const std::string p : {"", "t", "th", "c", "ca", "z", "ze"}) add(sp + p);
+  fill_to(599);
+  add(sp + "cat");  // id 599, rank 600
+  fill_to(899);
+  add(sp + "zeb");  // rank 900
+  add("ra");        // rank 901
+  v.bos_id = 0;
+  const Tokenizer tok(std::move(v));
+  ASSERT_EQ(tok.encode(" zebra", false, false), (std::vector<int32_t>{899, 900}));
+  const WordWeights weight(tok);
+  EXPECT_EQ(weight("the"), 0.0);
+  EXPECT_NEAR(weight("cat"), std::log(600.0 / 300.0), 1e-6);
+  EXPECT_NEAR(weight("zebra"), std::log(900.0 / 300.0) + std::log(901.0 / 300.0), 1e-6);
+}
+
+// Three windows of five tokens, word weights given by hand; window 0 starts with "Alpha" split
+// as at the start of a line.
 struct HandStore {
+  Tokenizer tok = word_vocab();
   ApolloStore store;
-  std::vector<float> weights = std::vector<float>(1000, 0.0f);
+  std::map<std::string, double> weight{{"alpha", 5}, {"beta", 6}, {"gamma", 7}, {"delta", 8}, {"the", 0},
+                                       {"epsilon", 9.99}, {"zeta", 1}, {"eta", 1}, {"theta", 1}, {"iota", 1}};
+  ApolloRouter::WordWeightFn fn = [this](const std::string& w) { return weight.at(w); };
   HandStore() {
-    for (int t = 100; t < 1000; ++t) weights[static_cast<size_t>(t)] = static_cast<float>(t) / 100.0f;
-    store.window_tokens = 4;
-    store.stride = 4;
-    store.doc = {500, 600, 700, 50, /**/ 500, 500, 800, 900, /**/ 300, 301, 302, 303};
-    store.windows = {{0, 4}, {4, 4}, {8, 4}};
+    store.window_tokens = 5;
+    store.stride = 5;
+    store.doc = {kAl, kPha, kGamma, kThe, kNl, /**/ kAlpha, kAlphaUp, kBeta, kDelta, kNl, /**/ kZeta, kEta, kTheta, kIota, kDot};
+    store.windows = {{0, 5}, {5, 5}, {10, 5}};
+    const std::map<int32_t, float> coef{{kAl, 5}, {kPha, 5}, {kGamma, 7}, {kAlpha, 5}, {kAlphaUp, 5}, {kBeta, 6},
+                                        {kDelta, 8}, {kZeta, 1}, {kEta, 1}, {kTheta, 1}, {kIota, 1}};
     for (int w = 0; w < 3; ++w)
-      for (int i = 0; i < 4; ++i) {
-        const int32_t t = store.doc[static_cast<size_t>(4 * w + i)];
-        if (weights[static_cast<size_t>(t)] > 0) store.entries.push_back({t, weights[static_cast<size_t>(t)], w, i});
+      for (int i = 0; i < 5; ++i) {
+        const int32_t t = store.doc[static_cast<size_t>(5 * w + i)];
+        if (coef.count(t)) store.entries.push_back({t, coef.at(t), w, i});
       }
   }
 };
 
 TEST(ApolloRouter, ScoresAndCoverageByHand) {
   HandStore h;
-  ApolloRouter router(h.store, h.weights);
-  // Query {500, 700, 10 (weight 0), 999 (absent)}: content weight 5 + 7 + 9.99 = 21.99.
-  // 500 is in windows 0 (tf 1) and 1 (tf 2): df 2 of 3; 700 only in window 0: df 1.
-  const ApolloRoute r = router.route({500, 700, 10, 999});
+  ApolloRouter router(h.store, h.tok, 0.25, h.fn);
+  // Query " Alpha gamma the epsilon": content weight 5 + 7 + 9.99 = 21.99 ("the" weighs 0,
+  // "epsilon" is not in the document). "alpha" is in windows 0 (tf 1, as "Al" "pha") and 1
+  // (tf 2, as " alpha" and " ALPHA"): df 2 of 3; "gamma" only in window 0: df 1.
+  const ApolloRoute r = router.route({0, kAlphaCap, kGamma, kThe, kEpsilon});
   const double idf2 = std::log(1 + 1.5 / 2.5), idf1 = std::log(1 + 2.5 / 1.5);
   const double s0 = 5 * idf2 * 1 / 2.2 + 7 * idf1 * 1 / 2.2, s1 = 5 * idf2 * 2 / 3.2;
   ASSERT_EQ(r.window, 0);
+  EXPECT_EQ(r.best, 0);
+  EXPECT_TRUE(r.retrieved());
   EXPECT_NEAR(r.score, s0, 1e-9);
-  EXPECT_NEAR(r.coverage, 12.0 / 21.99, 1e-6);
+  EXPECT_NEAR(r.coverage, 12.0 / 21.99, 1e-9);
   ASSERT_EQ(r.ranked.size(), 2u);
   EXPECT_EQ(r.ranked[1], 1);
   EXPECT_GT(s0, s1);
+  // The split "Al" "pha" alone matches " alpha" in both windows: window 1 wins on tf.
+  const ApolloRoute a = router.route({kAl, kPha});
+  EXPECT_EQ(a.window, 1);
+  EXPECT_NEAR(a.score, 5 * idf2 * 2 / 3.2, 1e-9);
+  EXPECT_NEAR(a.coverage, 1.0, 1e-12);
   // Nothing in common: no window.
-  EXPECT_EQ(router.route({999, 10}).window, -1);
+  EXPECT_EQ(router.route({kEpsilon, kThe}).best, -1);
   EXPECT_TRUE(router.route({}).ranked.empty());
 }
 
-TEST(ApolloRouter, EntriesNearSeedsWithoutQueryTokens) {
+TEST(ApolloRouter, RefusesBelowMinCoverageWithTheBestWindowKept) {
   HandStore h;
-  ApolloRouter router(h.store, h.weights);
-  // Window 1 = {500, 500, 800, 900}; the query holds 500 (positions 0 and 1).
-  auto e = router.entries_for({500}, 1, 12, /*radius=*/1);
-  ASSERT_EQ(e.size(), 1u);  // only 800 (position 2) is within 1 of a seed; 900 is 2 away
-  EXPECT_EQ(e[0].first, 800);
-  e = router.entries_for({500}, 1, 12, 10);
+  // The query above covers 12 / 21.99 = 54.6% in window 0.
+  ApolloRouter strict(h.store, h.tok, 0.6, h.fn);
+  const ApolloRoute r = strict.route({kAlphaCap, kGamma, kEpsilon});
+  EXPECT_EQ(r.window, -1);
+  EXPECT_FALSE(r.retrieved());
+  EXPECT_EQ(r.best, 0);
+  EXPECT_NEAR(r.coverage, 12.0 / 21.99, 1e-9);
+  ApolloRouter lenient(h.store, h.tok, 0.5, h.fn);
+  EXPECT_EQ(lenient.route({kAlphaCap, kGamma, kEpsilon}).window, 0);
+  expect_error(ErrorKind::InvalidArgument, [&] { ApolloRouter(h.store, h.tok, 1.5, h.fn); }, "min_coverage > 1");
+}
+
+TEST(ApolloRouter, EntriesNearSeedsWithoutQueryWords) {
+  HandStore h;
+  ApolloRouter router(h.store, h.tok, 0.25, h.fn);
+  // Window 1 = " alpha ALPHA beta delta\n"; the query's " Alpha" is both occurrences (positions
+  // 0 and 1), whatever their case.
+  auto e = router.entries_for({kAlphaCap}, 1, 12, /*radius=*/1);
+  ASSERT_EQ(e.size(), 1u);  // only beta (position 2) is within 1 of a seed; delta is 2 away
+  EXPECT_EQ(e[0].first, kBeta);
+  e = router.entries_for({kAlphaCap}, 1, 12, 10);
   ASSERT_EQ(e.size(), 2u);
-  EXPECT_EQ(e[0].first, 900);  // best coefficient first
-  EXPECT_EQ(router.entries_for({500}, 1, 1, 10).size(), 1u);
-  EXPECT_TRUE(router.entries_for({999}, 1, 12, 10).empty());  // no seed, no entries
+  EXPECT_EQ(e[0].first, kDelta);  // best coefficient first
+  EXPECT_EQ(router.entries_for({kAlphaCap}, 1, 1, 10).size(), 1u);
+  EXPECT_TRUE(router.entries_for({kEpsilon}, 1, 12, 10).empty());  // no seed, no entries
+  // Window 0 = "Al" "pha" " gamma the\n": " alpha" seeds on both pieces, which are part of the
+  // query's word and so never injected; gamma is.
+  e = router.entries_for({kAlpha}, 0, 12, 10);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].first, kGamma);
 }
 
 class ApolloRealModel : public ::testing::Test {
@@ -214,6 +329,64 @@ TEST_F(ApolloRealModel, ErrorsOfTheContract) {
   wrong.store = state;
   expect_error(ErrorKind::InvariantViolation, [&] { ApolloEngine(fwd_, wrong); }, "state file as a store");
   std::remove(state.c_str());
+}
+
+// Issue 7: a word at the start of a line is tokenised `Z` `anz` `ibar`, after a space
+// `▁Zanzibar`; the question must still find the line.
+TEST_F(ApolloRealModel, FindsAWordAtTheStartOfALine) {
+  const std::string doc =
+      "The harbour of Brindlemoor was rebuilt after the storm of 1802, when the old wooden pier was lost to the sea.\n"
+      "Zanzibar is an island off the coast of East Africa, famous for its cloves and its old stone town.\n"
+      "The lighthouse keeper kept a diary of every ship that passed the point during the long winter.\n";
+  const auto doc_ids = tok_->encode(doc, false, false);
+  const auto line_start = tok_->encode("\nZanzibar", false, false), after_space = tok_->encode(" Zanzibar", false, false);
+  ASSERT_EQ(after_space.size(), 1u);  // the instance: the question's token never occurs in the document
+  ASSERT_EQ(std::find(doc_ids.begin(), doc_ids.end(), after_space[0]), doc_ids.end());
+  ASSERT_GT(line_start.size(), 2u);
+  const std::string p = tmp_path("zanzibar.store");
+  save_apollo_store(build_apollo_store(doc_ids, *tok_, model_->fingerprint(), 24, 24), p);
+  ApolloOptions o;
+  o.store = p;
+  ApolloEngine eng(fwd_, o);
+  std::remove(p.c_str());
+  // The expected window: the one whose text holds the line's opening words.
+  int64_t expected = -1;
+  for (int64_t w = 0; w < static_cast<int64_t>(eng.store().windows.size()); ++w)
+    if (tok_->decode(eng.store().window_tokens_of(w)).find("Zanzibar is an island") != std::string::npos) {
+      ASSERT_EQ(expected, -1) << "the layout must put the line in one window";
+      expected = w;
+    }
+  ASSERT_GE(expected, 0);
+  for (const char* q : {"Where is Zanzibar?", "WHERE IS ZANZIBAR?", "where is zanzibar", "Zanzibar: where is it?"})
+    EXPECT_EQ(eng.route(ids(q)).window, expected) << q;
+  eng.prefill(ids("Question: Where is Zanzibar?\nAnswer:"));
+  EXPECT_EQ(eng.last_route().window, expected);
+  // The pieces of "Zanzibar" are the query's own word: never injected.
+  for (const auto& [t, c] : eng.last_entries())
+    EXPECT_EQ(std::find(line_start.begin() + 1, line_start.end(), t), line_start.end()) << tok_->token_text(t);
+  // The lighthouse line is elsewhere.
+  EXPECT_NE(eng.route(ids("Who kept a diary in the lighthouse?")).window, expected);
+}
+
+// Issue 7: route() and prefill must make one decision — a question route() retrieves a window
+// for is answered, one prefill refuses has no window.
+TEST_F(ApolloRealModel, RouteAndPrefillAgreeOnRefusals) {
+  auto eng = make();
+  for (const char* q : {"How many protons are in sodium?", "Who won the Wimbledon tennis championship?",
+                        "Did the Pellory astronomers photograph quasars, nebulae, pulsars and comets?",
+                        "Which engineer from Lowfield designed the bridge?", "In what year was the Lantern Fair started?"}) {
+    const auto prompt = ids(std::string("Question: ") + q + "\nAnswer:");
+    const ApolloRoute r = eng->route(prompt);
+    bool refused = false;
+    try {
+      eng->prefill(prompt);
+    } catch (const Error& e) {
+      ASSERT_EQ(e.kind(), ErrorKind::RetrievalMiss) << e.what();
+      refused = true;
+    }
+    EXPECT_EQ(r.window >= 0, !refused) << q << " (window " << r.window << ", coverage " << r.coverage << ")";
+    EXPECT_EQ(eng->last_route().window, r.window) << q;
+  }
 }
 
 TEST_F(ApolloRealModel, WithoutInjectionItIsStandardOverPassagePlusQuery) {

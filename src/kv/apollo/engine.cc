@@ -32,7 +32,7 @@ ApolloEngine::ApolloEngine(std::shared_ptr<Forward> forward, ApolloOptions optio
   bos_ = tok.bos_id();
   store_ = std::make_shared<const ApolloStore>(load_apollo_store(opt_.store, fwd_->model().fingerprint(), c.vocab));
   register_input(opt_.store, "the engine's store");
-  router_ = std::make_unique<ApolloRouter>(*store_, content_weights(tok));
+  router_ = std::make_unique<ApolloRouter>(*store_, tok, opt_.min_coverage);
 }
 
 std::vector<int32_t> ApolloEngine::strip_bos(const std::vector<int32_t>& tokens) const {
@@ -45,17 +45,18 @@ ApolloRoute ApolloEngine::route(const std::vector<int32_t>& tokens) const { retu
 std::vector<float> ApolloEngine::prefill(const std::vector<int32_t>& tokens) {
   const ModelConfig& c = fwd_->config();
   const std::vector<int32_t> query = strip_bos(tokens);
+  route_ = {};
   if (query.empty()) throw Error(ErrorKind::EmptyPrompt, "prefill: the prompt has no tokens");
   started_ = false;
   cache_.clear();
-  route_ = router_->route(query);
   injected_.clear();
-  if (route_.window < 0 || route_.coverage < opt_.min_coverage) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "best window covers %.1f%% of the query's content weight, below %.1f%%",
-                  100.0 * route_.coverage, 100.0 * opt_.min_coverage);
+  route_ = router_->route(query);
+  if (!route_.retrieved()) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "best window %lld covers %.1f%% of the query's content weight, below %.1f%%",
+                  static_cast<long long>(route_.best), 100.0 * route_.coverage, 100.0 * opt_.min_coverage);
     throw Error(ErrorKind::RetrievalMiss, "apollo: the query matches no passage of " + opt_.store + " (" +
-                                              (route_.window < 0 ? std::string("no content token of the query is in the store") : buf) + ")");
+                                              (route_.best < 0 ? std::string("no content word of the query is in the store") : buf) + ")");
   }
   std::vector<int32_t> ctx;
   if (bos_ >= 0) ctx.push_back(bos_);

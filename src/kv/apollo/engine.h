@@ -1,4 +1,4 @@
-// The `apollo` retrieval engine. Specification: shared/design/ENGINES.md ("apollo").
+// The `apollo` retrieval engine. Specification: docs/engines.md ("apollo").
 #pragma once
 
 #include <memory>
@@ -18,18 +18,18 @@ struct ApolloOptions {
   int64_t layer = -1;         ///< injection layer; -1 = round(7/8 x n_layers)
   double coef = 8.0;          ///< injection scale (0 = no injection)
   int64_t top_k = 12;         ///< injected entry tokens at most
-  double min_coverage = 0.25; ///< below this share of the query's content weight: RetrievalMiss
+  double min_coverage = 0.25; ///< best window below this share of the query's content weight: RetrievalMiss (ApolloRouter)
 };
 
 /// Answers a query about a long document without holding the document's K/V.
 ///
-/// prefill(query): the router (ApolloRouter) picks the store window the query's content tokens
+/// prefill(query): the router (ApolloRouter) picks the store window the query's content words
 /// point to; the engine then runs the forward over
 ///     [BOS] + window tokens + separator ("\n\n") + query (its own BOS dropped)
 /// — a few hundred tokens instead of the whole document — and, on the last position, adds the
 /// injection delta to the residual entering layer `layer`:
 ///     delta = coef * sum_i s_i * embed(t_i),  s_i = c_i / sum_j c_j
-/// over the router's entry tokens t_i near the query's matches in that window (coefficients c_i;
+/// over the router's entry tokens t_i near the query's words in that window (coefficients c_i;
 /// embed includes the model's embedding scale), which leans the prediction toward the passage's
 /// salient tokens; the remaining layers run as usual. coef = 0 runs the retrieved context alone.
 /// decode_step continues on that context's K/V like `standard`.
@@ -40,8 +40,8 @@ struct ApolloOptions {
 ///
 /// Contract: task-level — answer accuracy on a QA set over the document, against standard with
 /// the whole document in context (`larql apollo eval`).
-/// Errors: RetrievalMiss (constructor: no store given; prefill: no window holds at least
-/// min_coverage of the query's content weight — the query is not about the document);
+/// Errors: RetrievalMiss (constructor: no store given; prefill: the router's best window holds
+/// less than min_coverage of the query's content weight — the query is not about the document);
 /// EmptyPrompt; InvariantViolation (decode before prefill; a store or state from another model);
 /// ContextOverflow; InvalidArgument (layer >= n_layers); NotFound / Format (store file).
 class ApolloEngine : public Engine {
@@ -56,9 +56,11 @@ class ApolloEngine : public Engine {
   void save_state(const std::string& path) const override;
   void load_state(const std::string& path) override;
 
-  /// Route a query (token ids, BOS allowed) without running the model.
+  /// Route a query (token ids, BOS allowed) without running the model: the decision prefill
+  /// makes (route().retrieved() is false exactly when prefill raises RetrievalMiss).
   ApolloRoute route(const std::vector<int32_t>& tokens) const;
-  /// The route and the injected (token, coefficient) pairs of the last prefill.
+  /// The route and the injected (token, coefficient) pairs of the last prefill; the route is kept
+  /// when prefill refused (RetrievalMiss) and empty when it failed before routing.
   const ApolloRoute& last_route() const { return route_; }
   const std::vector<std::pair<int32_t, float>>& last_entries() const { return injected_; }
   const ApolloStore& store() const { return *store_; }

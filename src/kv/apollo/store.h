@@ -1,7 +1,8 @@
 // The Apollo retrieval store: a long document cut into overlapping token windows, with the
-// entry records and token statistics the router needs. Built once by `larql apollo build`,
-// then served by the `apollo` engine (kv/apollo/engine.h). Specification: shared/design/
-// ENGINES.md ("apollo").
+// entry records (content tokens) the engine injects. The router's word statistics are derived
+// from the document's tokens when a store is served (kv/apollo/router.h). Built once by `larql
+// apollo build`, then served by the `apollo` engine (kv/apollo/engine.h). Specification:
+// docs/engines.md ("apollo").
 //
 // File layout — the engine state-file container (kv/state_file.h), little-endian:
 //   header: engine "apollo-store", config "window=W,stride=S", model fingerprint,
