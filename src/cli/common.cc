@@ -150,7 +150,7 @@ void add_sampler_flags(CLI::App* app, SamplerParams& p, bool& seed_set) {
            }
            seed_set = true;
          },
-         "random seed in [0, 2^64 - 1] (same seed, same text; default: random)")
+         "random seed (same seed, same text) [0, 18,446,744,073,709,551,615] (default: random)")
       ->type_name("INT");
 }
 

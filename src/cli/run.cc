@@ -170,9 +170,17 @@ void register_run(CLI::App& app) {
       ->type_name("INT");
   s->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens (<eos>, <end_of_turn>, </s>)");
   add_threads_flag(s, a->threads);
-  add_int_flag(s, "-c,--ctx-size", a->ctx_size, 1, INT32_MAX,
-               "context size in tokens, at most the model's (32,768 for Gemma 3 270M); default: the model's,")
-      ->default_str("the model's");
+  s->add_option_function<std::string>(
+       "-c,--ctx-size",
+       [a](const std::string& v) {
+         try {
+           a->ctx_size = parse_int(v, 1, INT32_MAX, "--ctx-size");
+         } catch (const Error&) {  // the upper end is checked against the model once it is loaded
+           throw CLI::ValidationError("--ctx-size must be an integer in [1, the model's context length], got '" + v + "'");
+         }
+       },
+       "context size in tokens [1, the model's context length] (32,768 for Gemma 3 270M; default: the model's)")
+      ->type_name("INT");
   add_max_input_flag(s, a->max_input_bytes);
   s->add_flag("--json", a->json, "print one JSON object instead of streaming");
   s->add_option("--save-state", a->save_state, "after generating, save the sequence (engine state, tokens, sampler) to this file");

@@ -48,7 +48,14 @@ std::string FloatRange::to_string() const {
          (no_hi ? "inf" : num_text(hi)) + (hi_open || no_hi ? ")" : "]");
 }
 
-std::string int_range_text(int64_t lo, int64_t hi) { return "[" + with_commas(lo) + ", " + with_commas(hi) + "]"; }
+std::string int_range_text(int64_t lo, int64_t hi) {
+  std::string s = "[";
+  s += with_commas(lo);
+  s += ", ";
+  s += with_commas(hi);
+  s += "]";
+  return s;
+}
 
 int64_t parse_int(std::string_view text, int64_t lo, int64_t hi, const std::string& what) {
   std::string_view t = text;
