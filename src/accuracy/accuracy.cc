@@ -12,6 +12,7 @@
 #include "inference/forward.h"
 #include "kv/engine.h"
 #include "util/error.h"
+#include "util/text_file.h"
 
 #ifndef LARQL_ACCURACY_DATA_DIR
 #define LARQL_ACCURACY_DATA_DIR "data/accuracy"
@@ -115,12 +116,7 @@ std::vector<Case> parse_jsonl(std::string_view text, const std::string& corpus) 
 }
 
 std::vector<Case> load_jsonl(const std::string& path, const std::string& corpus) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::NotFound, "accuracy corpus not found: " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(ErrorKind::Io, "cannot read " + path);
-  return parse_jsonl(ss.str(), corpus);
+  return parse_jsonl(read_text_file(path, "the " + corpus + " corpus"), corpus);
 }
 
 std::string find_data_dir(const std::string& override_dir) {

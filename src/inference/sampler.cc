@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <unordered_set>
@@ -30,11 +31,24 @@ int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-std::string SamplerParams::config_string() const {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "temperature=%.9g,top_k=%d,top_p=%.9g,min_p=%.9g,repeat_penalty=%.9g,repeat_last_n=%d",
-                temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n);
+namespace {
+
+/// The shortest decimal that reads back as the same f32 (0.7f -> "0.7", not "0.699999988").
+std::string float_text(float v) {
+  char buf[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
   return buf;
+}
+
+}  // namespace
+
+std::string SamplerParams::config_string() const {
+  return "temperature=" + float_text(temperature) + ",top_k=" + std::to_string(top_k) + ",top_p=" + float_text(top_p) +
+         ",min_p=" + float_text(min_p) + ",repeat_penalty=" + float_text(repeat_penalty) +
+         ",repeat_last_n=" + std::to_string(repeat_last_n);
 }
 
 std::string Sampler::rng_state() const {

@@ -21,7 +21,8 @@ struct SamplerParams {
   uint64_t seed = 0;          ///< same seed, same text
 
   /// Every parameter but the seed, e.g. "temperature=0.8,top_k=40,top_p=0.95,min_p=0.05,
-  /// repeat_penalty=1,repeat_last_n=64" (floats to 9 significant digits: round-trips f32).
+  /// repeat_penalty=1,repeat_last_n=64" (each float as the shortest decimal that reads back as
+  /// the same f32).
   /// Two samplers with the same string and the same random state draw the same tokens.
   std::string config_string() const;
 };

@@ -206,7 +206,8 @@ const std::vector<EngineEntry>& engine_registry() {
         {"chunk_tokens", KeyType::Int, "512", "a boundary frame at the end of every chunk of this many tokens", {}},
         {"sequence_id", KeyType::String, "",
          "archive file name under $LARQL_ARCHIVE_DIR (default ./larql-archive); letters, digits, '.', '_', '-' "
-         "(default: a fresh id per sequence, kept in its saved state)", {}}},
+         "(default: a fresh id per sequence, kept in its saved state)", {}},
+        {"archive_dir", KeyType::String, "", "directory of the archives (default: $LARQL_ARCHIVE_DIR, else ./larql-archive)", {}}},
        "standard K/V + gated bf16/int8 boundary frames (residual, tokens, confidence) in an on-disk archive",
        "identical to standard; resume from the archive replays its tokens exactly",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
@@ -214,6 +215,7 @@ const std::vector<EngineEntry>& engine_registry() {
          o.window = s.get_int("window", 0);
          o.chunk_tokens = s.get_int("chunk_tokens", 512);
          o.sequence_id = s.get_string("sequence_id", "");
+         o.archive_dir = s.get_string("archive_dir", "");
          return std::make_unique<BoundaryKvEngine>(std::move(f), std::move(o));
        }},
       {"apollo",

@@ -80,6 +80,7 @@ StateReader::StateReader(const std::string& path) : path_(path) {
 }
 
 void StateReader::raw(void* p, size_t n) {
+  if (n == 0) return;  // p may be the data() of an empty vector
   if (n > end_ - pos_)
     throw Error(ErrorKind::Format, path_ + ": state file truncated at byte " + std::to_string(pos_) + " (needed " +
                                        std::to_string(n) + " more bytes)");

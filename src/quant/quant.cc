@@ -1,6 +1,8 @@
 // Public quant API: argument checks and run-time ISA dispatch over the per-ISA kernel tables.
 #include "quant/quant.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -14,10 +16,18 @@ namespace {
 
 using detail::DotTable;
 
+// F16C (CPUID.1:ECX bit 29) and BMI2 (CPUID.(7,0):EBX bit 8) read directly: clang's
+// __builtin_cpu_supports does not know these names (Intel SDM vol. 2A, CPUID).
+bool has_f16c_bmi2() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (b & (1u << 8)) != 0;
+}
+
 Isa detect_once() {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c_bmi2();
   // No AVX-512 table: a 512-bit port of the Q8_0/Q5_0 kernels (F/BW/VL/DQ, no VNNI) measured
   // slower than these AVX2 kernels on a Xeon, so AVX-512 machines run the AVX2 table.
   return avx2 ? Isa::AVX2 : Isa::Scalar;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "testlib/engine_testing.h"
 #include "testlib/paths.h"
 #include "tokenizer/tokenizer.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace larql {
@@ -62,6 +64,27 @@ TEST(BoundaryPerLayerPolicy, RecordRoundTripsAndMissingRecordSaysHowToMakeOne) {
   EXPECT_EQ(b.cost, r.cost);
   EXPECT_EQ(b.window, 64);
   EXPECT_EQ(b.corpus_id, r.corpus_id);
+  // An edited or damaged record (one cost changed by hand) fails its checksum.
+  {
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const size_t at = text.find("\"int8\": 6");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, 10, "\"int8\": 7");
+    clear_inputs();
+    std::ofstream(path, std::ios::trunc) << text;
+  }
+  try {
+    read_bpl_record(path);
+    ADD_FAILURE() << "an edited record was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Format);
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  // A budget that is not a finite number cannot be written (JSON has no inf).
+  r.budget = std::numeric_limits<double>::infinity();
+  clear_inputs();
+  EXPECT_THROW(write_bpl_record(path, r), Error);
   std::filesystem::remove(path);
   try {
     read_bpl_record(path);
@@ -160,6 +183,7 @@ TEST(BoundaryPerLayerRealModel, HeldOutKlWithinCalibratedBound_RecordChecks) {
   // Refusals: another model's fingerprint; another window; a budget below the bound.
   BplRecord foreign = rec;
   foreign.fingerprint = "not-this-model";
+  clear_inputs();  // this process read the record: rewriting it on purpose (a CLI command may not)
   write_bpl_record(file, foreign);
   try {
     make_boundary_per_layer(fwd, file, 0, 0, -1);
@@ -167,16 +191,26 @@ TEST(BoundaryPerLayerRealModel, HeldOutKlWithinCalibratedBound_RecordChecks) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::InvariantViolation) << e.what();
   }
+  clear_inputs();
   write_bpl_record(file, rec);
   EXPECT_THROW(make_boundary_per_layer(fwd, file, 128, 0, -1), Error);
   if (rec.bound > 0) {
     EXPECT_THROW(make_boundary_per_layer(fwd, file, 0, 0, rec.bound / 2), Error);
   }
   std::filesystem::remove(file);
-  // Missing record: the instructive error.
+  // Missing record: the engine runs bf16 on every layer and its note says how to calibrate
+  // (issue 7: refusing to run was a default that did not start); a budget cannot be checked.
+  {
+    auto e = make_boundary_per_layer(fwd, file, 0, 0, -1);
+    EXPECT_NE(e->info().config.find("policy=" + std::string(static_cast<size_t>(fwd->config().n_layers), 'b')),
+              std::string::npos)
+        << e->info().config;
+    EXPECT_NE(e->info().note.find("larql calibrate MODEL --engine boundary-per-layer --budget X"), std::string::npos)
+        << e->info().note;
+  }
   try {
-    make_boundary_per_layer(fwd, file, 0, 0, -1);
-    ADD_FAILURE() << "missing record accepted";
+    make_boundary_per_layer(fwd, file, 0, 0, 0.01);
+    ADD_FAILURE() << "a budget without a record was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::BackendUnavailable);
     EXPECT_NE(std::string(e.what()).find("run `larql calibrate MODEL --engine boundary-per-layer --budget X`"),

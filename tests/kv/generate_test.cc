@@ -1,6 +1,7 @@
 // generate() with greedy sampling on synthetic models: max_tokens, stop strings, EOS, context.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -272,13 +273,24 @@ TEST(Generate, SaveAtKThenContinueEqualsUninterruptedSampling) {
 
 TEST(Generate, StopIdsCancelAndAFailingSinkStopGeneration) {
   Gen g;
-  const auto free_run = g.run(kPrompt, greedy(12, false, 1.5f)).ids;
-  ASSERT_GE(free_run.size(), 6u);
-  GenerateOptions o = greedy(12, false, 1.5f);
-  o.stop_ids = {free_run[4]};
+  GenerateOptions sampled = greedy(12, false, 1.0f);  // seeded sampling: varied tokens
+  sampled.sampler.temperature = 100.0f;  // the random model's logits are far apart: flatten them
+  sampled.sampler.top_k = 0;
+  sampled.sampler.top_p = 1.0f;
+  sampled.sampler.min_p = 0.0f;
+  sampled.sampler.seed = 5;
+  const auto free_run = g.run(kPrompt, sampled).ids;
+  ASSERT_EQ(free_run.size(), 12u);
+  size_t first_new = 1;  // the first token that did not occur before it
+  while (first_new < free_run.size() &&
+         std::find(free_run.begin(), free_run.begin() + first_new, free_run[first_new]) != free_run.begin() + first_new)
+    ++first_new;
+  ASSERT_LT(first_new, free_run.size()) << "the free run repeats one token";
+  GenerateOptions o = sampled;
+  o.stop_ids = {free_run[first_new]};
   auto r = g.run(kPrompt, o);
   EXPECT_EQ(r.stop_reason, "stop_id");
-  EXPECT_EQ(r.ids, std::vector<int32_t>(free_run.begin(), free_run.begin() + 4));
+  EXPECT_EQ(r.ids, std::vector<int32_t>(free_run.begin(), free_run.begin() + first_new));
   std::atomic<bool> cancel{true};
   o = greedy(12, false, 1.5f);
   o.cancel = &cancel;

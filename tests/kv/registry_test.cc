@@ -108,7 +108,7 @@ TEST(Registry, EveryEngineAndKeyOfTheSpec) {
       {"boundary-per-layer", {"window", "layers", "budget"}},
       {"turbo-quant", {"bits"}},
       {"unlimited-context", {"window", "sink"}},
-      {"boundary-kv", {"window", "chunk_tokens", "sequence_id"}},
+      {"boundary-kv", {"window", "chunk_tokens", "sequence_id", "archive_dir"}},
       {"apollo", {"layer", "coef", "top_k", "store"}},
   };
   const auto& reg = engine_registry();

@@ -203,6 +203,32 @@ def test_chat_ctrl_c_stops_the_reply_and_returns_to_the_prompt(larql_bin, model_
         os.close(fd)
 
 
+def test_long_prompt_shows_progress_on_a_terminal(larql_bin, model_path, tmp_path):
+    prompt = tmp_path / "long.txt"
+    prompt.write_text("The committee met again to discuss the budget for the new library. " * 100)  # ~1,400 tokens
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(str(larql_bin), [str(larql_bin), "run", str(model_path), "-f", str(prompt), "-n", "1", "-t", "2"])
+    out = b""
+    try:
+        end = time.time() + 300
+        while time.time() < end:
+            r, _, _ = select.select([fd], [], [], 1.0)
+            if r:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, out[-500:]
+    assert b"prompt [" in out and b"/1" in out, out[-800:]
+
+
 # --- Kind 7: defaults that do something ----------------------------------------------------------
 
 def test_empty_engine_spec_is_an_error(larql_bin, model_path):
