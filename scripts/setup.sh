@@ -26,11 +26,31 @@ else
 fi
 
 # 2. Python venv from requirements-dev.txt (llama-cpp-python compiles llama.cpp: minutes, once).
-REQ_HASH=$(sha256sum requirements-dev.txt | cut -c1-16)
+# llama.cpp is built for this CPU's instruction sets (as GGML_NATIVE would) but without AMX:
+# ggml's AMX matmul segfaults on Sapphire Rapids with Q4_K_M models (llama.cpp issue 20824), the
+# kind of machine CI may run on.
+llama_cmake_args() {
+  local flags args="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  has() { [[ "$flags" == *" $1 "* ]]; }
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx_vnni:AVX_VNNI avx512f:AVX512 \
+              avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+    if has "${pair%%:*}"; then args+=" -DGGML_${pair##*:}=ON"; else args+=" -DGGML_${pair##*:}=OFF"; fi
+  done
+  echo "$args"
+}
+export CMAKE_ARGS="$(llama_cmake_args)"
+REQ_HASH=$( (cat requirements-dev.txt; echo "$CMAKE_ARGS") | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMPS/venv" 2>/dev/null)" != "$REQ_HASH" ]; then
   say "creating .venv (building llama.cpp takes a few minutes the first time)"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
+  say "llama.cpp build flags: $CMAKE_ARGS"
+  # An existing llama-cpp-python built with other flags (e.g. with AMX) is rebuilt.
+  if .venv/bin/pip show -q llama-cpp-python >/dev/null 2>&1; then
+    .venv/bin/pip install -q --force-reinstall --no-deps --no-cache-dir \
+      "$(grep -o '^llama-cpp-python==[^ ]*' requirements-dev.txt)"
+  fi
   .venv/bin/pip install -q -r requirements-dev.txt
   echo "$REQ_HASH" > "$STAMPS/venv"
 else
