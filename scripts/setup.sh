@@ -46,12 +46,15 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$STAMPS/venv" 2>/dev/null)" != "$REQ_H
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   say "llama.cpp build flags: $CMAKE_ARGS"
-  # An existing llama-cpp-python built with other flags (e.g. with AMX) is rebuilt.
-  if .venv/bin/pip show -q llama-cpp-python >/dev/null 2>&1; then
-    .venv/bin/pip install -q --force-reinstall --no-deps --no-cache-dir \
-      "$(grep -o '^llama-cpp-python==[^ ]*' requirements-dev.txt)"
-  fi
+  # llama-cpp-python is always compiled here with these flags: never a wheel from pip's cache
+  # (one built earlier, e.g. with AMX, would be reused silently), and an installed one is rebuilt.
+  .venv/bin/pip install -q --force-reinstall --no-deps --no-cache-dir --no-binary llama-cpp-python \
+    "$(grep -o '^llama-cpp-python==[^ ]*' requirements-dev.txt)"
   .venv/bin/pip install -q -r requirements-dev.txt
+  if .venv/bin/python -c "import llama_cpp; print(llama_cpp.llama_print_system_info())" | grep -q AMX; then
+    echo "setup: llama.cpp was built with AMX despite GGML_AMX_*=OFF; refusing (it segfaults here)" >&2
+    exit 1
+  fi
   echo "$REQ_HASH" > "$STAMPS/venv"
 else
   say ".venv: up to date"
