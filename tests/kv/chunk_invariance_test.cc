@@ -252,35 +252,38 @@ TEST(EvictionNoCliff, UnlimitedContextAfterABoundaryIsNoWorseThanBetween) {
   const std::vector<int32_t> ids = r.license(n);
   ASSERT_EQ(static_cast<int64_t>(ids.size()), n);
   const auto ref = standard_states(r, ids);
-  auto e = make_engine(parse_engine_spec("unlimited-context"), r.fwd);
-  std::vector<std::vector<float>> got(static_cast<size_t>(from - 1));  // positions < from - 1: not compared
-  got.push_back(e->prefill(std::vector<int32_t>(ids.begin(), ids.begin() + from)));
-  for (int64_t t = from; t < n; ++t) got.push_back(e->decode_step(ids[static_cast<size_t>(t)]));
-  const auto kl = kl_per_position(r, ref, got, from - 1);
-  double before = 0;
-  for (int64_t t = from - 1; t < W; ++t) before = std::max(before, kl[static_cast<size_t>(t)]);
-  EXPECT_EQ(before, 0.0) << "exact within the first window";
-  double last_between = 0;
-  for (int64_t b = W; b < n; b += W) {
-    double post = 0, between = 0, worst = 0;
-    const int64_t end = std::min(n, b + W);
-    for (int64_t t = b; t < end; ++t) {
-      const double v = kl[static_cast<size_t>(t)];
-      if (t < b + after) {
-        post += v / after;
-        worst = std::max(worst, v);
-      } else {
-        between += v / static_cast<double>(end - b - after);
+  for (const char* spec : {"unlimited-context", "unlimited-context:sink=0"}) {
+    SCOPED_TRACE(spec);
+    auto e = make_engine(parse_engine_spec(spec), r.fwd);
+    std::vector<std::vector<float>> got(static_cast<size_t>(from - 1));  // positions < from - 1: not compared
+    got.push_back(e->prefill(std::vector<int32_t>(ids.begin(), ids.begin() + from)));
+    for (int64_t t = from; t < n; ++t) got.push_back(e->decode_step(ids[static_cast<size_t>(t)]));
+    const auto kl = kl_per_position(r, ref, got, from - 1);
+    double before = 0;
+    for (int64_t t = from - 1; t < W; ++t) before = std::max(before, kl[static_cast<size_t>(t)]);
+    EXPECT_EQ(before, 0.0) << "exact within the first window";
+    double last_between = 0;
+    for (int64_t b = W; b < n; b += W) {
+      double post = 0, between = 0, worst = 0;
+      const int64_t end = std::min(n, b + W);
+      for (int64_t t = b; t < end; ++t) {
+        const double v = kl[static_cast<size_t>(t)];
+        if (t < b + after) {
+          post += v / after;
+          worst = std::max(worst, v);
+        } else {
+          between += v / static_cast<double>(end - b - after);
+        }
       }
+      last_between = between;
+      std::printf("[evict] %s, boundary %lld: mean KL vs standard over the %lld positions after it %.4f (max %.4f); "
+                  "over the next %lld %.4f\n",
+                  spec, static_cast<long long>(b), static_cast<long long>(after), post, worst,
+                  static_cast<long long>(end - b - after), between);
+      EXPECT_LE(post, 2.0 * between) << "a cliff after the boundary at " << b;
     }
-    last_between = between;
-    std::printf("[evict] unlimited-context, boundary %lld: mean KL vs standard over the %lld positions after it %.4f "
-                "(max %.4f); over the next %lld %.4f\n",
-                static_cast<long long>(b), static_cast<long long>(after), post, worst,
-                static_cast<long long>(end - b - after), between);
-    EXPECT_LE(post, 2.0 * between) << "a cliff after the boundary at " << b;
+    EXPECT_GT(last_between, 0.0) << "the test must see the engine differ from standard";
   }
-  EXPECT_GT(last_between, 0.0) << "the test must see the engine differ from standard";
 }
 
 // Issue 8 instances: standard:window=1 (and 64) on this model gave different logits for one
