@@ -145,7 +145,7 @@ const std::vector<EngineEntry>& engine_registry() {
          "evict: every layer attends to its newest N positions (itself included), in prefill as in decode; N must be "
          ">= the model's sliding window (default: unbounded)", {}},
         kSinkKey},
-       "K/V tensors per layer (f32); sliding layers keep only their model window",
+       "K/V tensors per layer (f32); sliding layers keep only their model window; window=N evicts the others",
        "the reference: parity with llama.cpp on the same GGUF is measured",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          return std::make_unique<StandardEngine>(std::move(f), s.get_int("window", 0), s.get_string("sink", "1") == "1");
@@ -204,12 +204,11 @@ const std::vector<EngineEntry>& engine_registry() {
       {"unlimited-context",
        {"unlimited", "unlimited_context"},
        {{"window", KeyType::Int, "512",
-         "tokens per window (>= the model's sliding window): global layers attend to the sink, the previous window's "
-         "last-position checkpoint and their own window; sliding layers keep their own span across windows", {}},
+         "tokens per window (>= the model's sliding window): global layers attend to the sink, the whole previous "
+         "window and their own; sliding layers keep their own span across windows", {}},
         {"sink", KeyType::Enum, "1", "1: global layers also attend to position 0 (<bos>, the attention sink); 0: off", {"0", "1"}}},
-       "current window's K/V on global layers + the sliding layers' span + the <bos> sink row + one K/V checkpoint "
-       "row per closed window + every token id",
-       "exact while the context fits one window; beyond, top-1 agreement / KL vs standard are measured",
+       "the sliding layers' span + the global layers' previous and current window and <bos> sink row + every token id",
+       "exact while the context fits two windows; beyond, KL vs standard is measured (no cliff at a boundary)",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          return std::make_unique<UnlimitedContextEngine>(std::move(f), s.get_int("window", 512), s.get_string("sink", "1") == "1");
        }},
