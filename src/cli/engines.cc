@@ -20,7 +20,7 @@ void register_engines(CLI::App& app) {
           keys.push_back({{"name", k.name}, {"default", k.default_value}, {"description", k.description},
                           {"allowed", k.allowed}});
         out.push_back({{"name", e.name}, {"aliases", e.aliases}, {"keys", keys},
-                       {"description", e.description}, {"contract", e.contract}});
+                       {"description", e.description}, {"contract", e.contract}, {"examples", e.examples}});
         continue;
       }
       std::printf("%s", e.name.c_str());
@@ -33,6 +33,7 @@ void register_engines(CLI::App& app) {
       for (const auto& k : e.keys)
         std::printf("  %s=%s  %s\n", k.name.c_str(), k.default_value.empty() ? "<unset>" : k.default_value.c_str(),
                     k.description.c_str());
+      for (const auto& x : e.examples) std::printf("  e.g. %s\n", x.c_str());
     }
     if (*json) std::printf("%s\n", out.dump(2).c_str());
   });

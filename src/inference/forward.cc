@@ -81,7 +81,8 @@ void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t po
   project_kv(li, attn_input(li, x, n), n, pos0, k, v);
 }
 
-void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out) {
+void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out,
+                     const AttendMask& mask) {
   const profile::Scope prof(profile::Stage::Attention);
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
@@ -92,29 +93,50 @@ void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const 
     throw Error(ErrorKind::InvariantViolation, "attend: layer " + std::to_string(li) + " K/V ends at position " +
                                                    std::to_string(kv_end) + " but a query is at " +
                                                    std::to_string(pos0 + n - 1));
+  const bool has_sink = mask.sink.rows > 0;
+  const int64_t sink_end = has_sink ? mask.sink.first_pos + mask.sink.rows : kv.first_pos;
+  const int64_t alt_end = mask.alt.first_pos + mask.alt.rows;
   const float scale = c.attn_scale;
   const float cap = c.attn_logit_softcap;
   pool_.parallel_for(n * c.n_heads, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> scores;
+    thread_local std::vector<const float*> krow, vrow;
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / c.n_heads, head = task % c.n_heads, g = head / group;
       const int64_t pos = pos0 + t;
-      int64_t lo = kv.first_pos;
-      if (lc.sliding) lo = std::max(lo, pos - lc.window + 1);
-      const int64_t m = pos - lo + 1;  // >= 1: checked above that kv covers every query
-      if (static_cast<int64_t>(scores.size()) < m) scores.resize(static_cast<size_t>(m));
+      // The visible keys, ascending: sink rows, then kv rows from `lo` (AttendMask).
+      const int64_t model_lo = lc.sliding ? pos - lc.window + 1 : kv.first_pos;
+      int64_t lo = std::max({kv.first_pos, model_lo, sink_end});
+      if (mask.window > 0) lo = std::max(lo, pos - mask.window + 1);
+      const int64_t s_lo = lc.sliding ? std::max(mask.sink.first_pos, model_lo) : mask.sink.first_pos;
+      const int64_t s_hi = std::min(sink_end, pos + 1);
+      const int64_t ns = has_sink ? std::max<int64_t>(0, s_hi - s_lo) : 0;
+      const int64_t m = ns + (pos - lo + 1);  // >= 1: the query's own row is in kv or the sink
+      if (static_cast<int64_t>(scores.size()) < m) {
+        scores.resize(static_cast<size_t>(m));
+        krow.resize(static_cast<size_t>(m));
+        vrow.resize(static_cast<size_t>(m));
+      }
+      for (int64_t j = 0; j < ns; ++j) {
+        krow[static_cast<size_t>(j)] = mask.sink.k + (s_lo + j - mask.sink.first_pos) * kv_dim + g * hd;
+        vrow[static_cast<size_t>(j)] = mask.sink.v + (s_lo + j - mask.sink.first_pos) * kv_dim + g * hd;
+      }
+      for (int64_t j = lo; j <= pos; ++j) {
+        const bool from_alt = mask.alt.rows > 0 && j >= mask.alt.first_pos && j < alt_end && j <= pos - mask.alt_recent;
+        const KvSpan& src = from_alt ? mask.alt : kv;
+        krow[static_cast<size_t>(ns + j - lo)] = src.k + (j - src.first_pos) * kv_dim + g * hd;
+        vrow[static_cast<size_t>(ns + j - lo)] = src.v + (j - src.first_pos) * kv_dim + g * hd;
+      }
       const float* qh = q + t * c.q_dim() + head * hd;
-      const float* kbase = kv.k + (lo - kv.first_pos) * kv_dim + g * hd;
       for (int64_t j = 0; j < m; ++j) {
-        float s = compute::dot_f32(qh, kbase + j * kv_dim, hd) * scale;
+        float s = compute::dot_f32(qh, krow[static_cast<size_t>(j)], hd) * scale;
         if (cap > 0) s = cap * std::tanh(s / cap);
         scores[static_cast<size_t>(j)] = s;
       }
       compute::softmax(scores.data(), m);
       float* o = out + t * c.q_dim() + head * hd;
       std::fill(o, o + hd, 0.0f);
-      const float* vbase = kv.v + (lo - kv.first_pos) * kv_dim + g * hd;
-      for (int64_t j = 0; j < m; ++j) compute::axpy(scores[static_cast<size_t>(j)], vbase + j * kv_dim, o, hd);
+      for (int64_t j = 0; j < m; ++j) compute::axpy(scores[static_cast<size_t>(j)], vrow[static_cast<size_t>(j)], o, hd);
     }
   });
 }
@@ -167,7 +189,7 @@ void Forward::layer(int64_t li, float* x, int64_t n, int64_t pos0, LayerKv& kv) 
   qkv(li, x, n, pos0, q.data(), k.data(), v.data());
   kv.append(k.data(), v.data(), n);
   auto& attn = buf(kAttn, static_cast<size_t>(n * c.q_dim()));
-  attend(li, q.data(), n, pos0, span_of(kv), attn.data());
+  attend(li, q.data(), n, pos0, span_of(kv), attn.data(), mask_of(kv));
   kv.evict();
   finish_layer(li, attn.data(), n, x);
 }

@@ -27,6 +27,35 @@ inline KvSpan span_of(const LayerKv& kv) {
   return kv.rows() == 0 ? KvSpan{} : KvSpan{kv.k_at(kv.first_pos()), kv.v_at(kv.first_pos()), kv.first_pos(), kv.rows()};
 }
 
+/// What an engine adds to the model's own mask in Forward::attend (the model's mask — causal,
+/// and on sliding layers the last `window` positions — always applies). The default adds nothing.
+///
+/// For a query at position p, key position j is visible iff j <= p, the model's mask allows it,
+/// and (window == 0 or p - j < window or j < sink_end), where sink_end = sink.first_pos + sink.rows.
+/// Keys are visited in ascending position; a key's row is read from
+///   * `sink` when j < sink_end (so the sink reads the same numbers whether or not `kv` still
+///     holds it: prefill and decode agree);
+///   * `alt` when j lies in alt's rows and j <= p - alt_recent (an engine that attends to old
+///     positions through encoded K/V — markov-rs-codec's cold tier — passes their round-tripped
+///     rows here, so a prefill query sees exactly what a decode step at p would);
+///   * `kv` otherwise.
+/// Every engine that routes its prefill and its decode steps through this function with the same
+/// mask gets prefill == decode bit for bit (the arithmetic per query does not depend on the batch).
+struct AttendMask {
+  int64_t window = 0;      ///< engine window: the newest `window` positions, the query's own included; 0 = none
+  KvSpan sink;             ///< rows always visible to the engine window (the attention sink, <bos>)
+  KvSpan alt;              ///< replacement rows for positions at least alt_recent before the query
+  int64_t alt_recent = 0;  ///< positions p - alt_recent + 1 .. p are read from kv, older ones from alt
+};
+
+/// The mask a LayerKv implies: its engine window (LayerKv::span()) and its sink rows.
+inline AttendMask mask_of(const LayerKv& kv) {
+  AttendMask m;
+  m.window = kv.span();
+  if (kv.sink_rows() > 0) m.sink = KvSpan{kv.sink_k(), kv.sink_v(), 0, kv.sink_rows()};
+  return m;
+}
+
 /// Binds a model to a thread pool and scratch buffers. Not thread-safe: one per sequence.
 class Forward {
  public:
@@ -54,15 +83,19 @@ class Forward {
   void kv_from_residual(int64_t layer, const float* x, int64_t n, int64_t pos0, float* k, float* v);
 
   /// Causal attention of n queries q [n, q_dim] at positions pos0.. over kv (which must cover
-  /// each query's own position). Sliding layers see only their last `window` positions.
-  /// out [n, q_dim].
-  void attend(int64_t layer, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out);
+  /// each query's own position). Sliding layers see only their last `window` positions; `mask`
+  /// adds an engine window, sink rows and replacement rows (AttendMask). Rows older than kv's
+  /// first row (and not in the sink) are not seen. out [n, q_dim].
+  /// Errors: Error{InvariantViolation} when kv does not reach the last query's position.
+  void attend(int64_t layer, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out,
+              const AttendMask& mask = {});
 
   /// The rest of a layer: x += post_attn_norm(attn · Wo^T); then the FFN block, in place on
   /// x [n, hidden]. attn is [n, q_dim].
   void finish_layer(int64_t layer, const float* attn, int64_t n, float* x);
 
-  /// One whole layer over n rows, appending to and attending over `kv`.
+  /// One whole layer over n rows, appending to and attending over `kv` with mask_of(kv), then
+  /// evicting what kv no longer keeps.
   void layer(int64_t layer, float* x, int64_t n, int64_t pos0, LayerKv& kv);
 
   /// Run n tokens at positions cache.n_past().. through every layer. x [n, hidden] receives

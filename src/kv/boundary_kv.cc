@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "kv/standard.h"
 #include "kv/state_file.h"
 #include "util/error.h"
 
@@ -53,8 +54,10 @@ int32_t argmax(const std::vector<float>& v) {
 }  // namespace
 
 BoundaryKvEngine::BoundaryKvEngine(std::shared_ptr<Forward> forward, BoundaryKvOptions opts)
-    : fwd_(std::move(forward)), opts_(std::move(opts)), cache_(fwd_->config(), opts_.window) {
+    : fwd_(std::move(forward)), opts_(std::move(opts)) {
   check_options(opts_);
+  check_engine_window("boundary-kv", opts_.window, fwd_->config());
+  cache_ = KvCache(fwd_->config(), opts_.window, true);
   set_sequence(opts_.sequence_id);
 }
 
@@ -155,14 +158,12 @@ std::unique_ptr<BoundaryKvEngine> BoundaryKvEngine::resume(std::shared_ptr<Forwa
   // Replay: the archived tokens through the same forward pass (the archive is already written).
   std::vector<float> x(static_cast<size_t>(n * c.hidden));
   e->fwd_->forward(tokens.data(), n, e->cache_, x.data());
-  if (e->opts_.window == 0) {
-    for (size_t i = 0; i < a.frames.size(); ++i) {
-      const boundary::Frame& f = a.frames[i];
-      const auto again = boundary::encode(f.codec, x.data() + f.position * c.hidden, c.hidden);
-      if (again != f.payload)
-        throw Error(ErrorKind::InvariantViolation, e->archive_path_ + ": replay does not reproduce frame " + std::to_string(i) +
-                                                       " (position " + std::to_string(f.position) + ")");
-    }
+  for (size_t i = 0; i < a.frames.size(); ++i) {
+    const boundary::Frame& f = a.frames[i];
+    const auto again = boundary::encode(f.codec, x.data() + f.position * c.hidden, c.hidden);
+    if (again != f.payload)
+      throw Error(ErrorKind::InvariantViolation, e->archive_path_ + ": replay does not reproduce frame " + std::to_string(i) +
+                                                     " (position " + std::to_string(f.position) + ")");
   }
   e->last_hidden_.assign(x.end() - c.hidden, x.end());
   e->pending_start_ = n;
@@ -185,6 +186,7 @@ void BoundaryKvEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
   StateWriter w(path, {"boundary-kv", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past()), session_});
   for (int64_t i = 0; i < cache_.n_layers(); ++i) write_layer_kv(w, cache_.layer(i));
+  write_sink_rows(w, cache_);
   w.u64(static_cast<uint64_t>(pending_start_));
   w.u64(pending_.size());
   for (int32_t t : pending_) w.u64(static_cast<uint64_t>(static_cast<uint32_t>(t)));
@@ -201,9 +203,10 @@ void BoundaryKvEngine::load_state(const std::string& path) {
   const ModelConfig& c = fwd_->config();
   if (h.n_past > static_cast<uint64_t>(c.context_length))
     throw Error(ErrorKind::Format, path + ": n_past " + std::to_string(h.n_past) + " exceeds the context length");
-  KvCache fresh(c, opts_.window);
+  KvCache fresh(c, opts_.window, true);
   for (int64_t i = 0; i < fresh.n_layers(); ++i)
     read_layer_kv(r, fresh.layer(i), static_cast<int64_t>(h.n_past), -1, "layer " + std::to_string(i));
+  read_sink_rows(r, fresh, static_cast<int64_t>(h.n_past));
   const uint64_t start = r.u64(), count = r.u64();
   if (count > h.n_past || start + count != h.n_past)
     throw Error(ErrorKind::Format, path + ": pending tokens " + std::to_string(start) + "+" + std::to_string(count) +

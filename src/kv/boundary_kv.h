@@ -26,7 +26,7 @@
 namespace larql {
 
 struct BoundaryKvOptions {
-  int64_t window = 0;          ///< as standard:window=N (0 = unbounded)
+  int64_t window = 0;          ///< as standard:window=N, with the sink (0 = unbounded)
   int64_t chunk_tokens = 512;  ///< tokens per chunk; a frame at every multiple (> 0)
   /// The archive's file name: [A-Za-z0-9._-], not "." / "..". "" (the default): a fresh id per
   /// sequence ("seq-<16 hex>", made at prefill; a saved state remembers it), so two sequences
@@ -46,15 +46,15 @@ struct BoundaryKvStats {
 
 class BoundaryKvEngine : public Engine {
  public:
-  /// Error{InvalidArgument} for chunk_tokens <= 0 or an unsafe sequence_id.
+  /// Error{InvalidArgument} for chunk_tokens <= 0, an unsafe sequence_id, or 0 < window < the
+  /// model's sliding window.
   BoundaryKvEngine(std::shared_ptr<Forward> forward, BoundaryKvOptions opts);
 
   /// Resume a sequence from its archive alone (`<dir>/<sequence_id>` for `opts`): replays every
   /// archived token through the forward pass (exact: the forward pass is batch-invariant), checks
   /// that each frame's residual re-encodes to the archived payload bytes, and returns an engine
   /// ready to decode the next token; last_hidden() is the last archived position's output.
-  /// With opts.window > 0 the payload check is skipped (windowed standard is not
-  /// batch-invariant). Errors: Error{NotFound} (no archive), Error{Format} (corrupt/truncated),
+  /// (Windowed too: standard:window=N masks prefill like decode.) Errors: Error{NotFound} (no archive), Error{Format} (corrupt/truncated),
   /// Error{InvariantViolation} (another model's archive, hidden size differs, no frames, or the
   /// replay does not reproduce an archived residual), Error{ContextOverflow}.
   static std::unique_ptr<BoundaryKvEngine> resume(std::shared_ptr<Forward> forward, BoundaryKvOptions opts);

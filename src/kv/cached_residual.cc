@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "inference/kv_cache.h"
 #include "kv/state_file.h"
 #include "util/error.h"
 
@@ -41,12 +40,13 @@ void CachedResidualEngine::settle(int64_t n, bool rederive) {
     L.v.drop_before(keep_lo);
     enc.resize(static_cast<size_t>(L.cold.width()));
     if (L.hot.first_pos() < lo) {
-      for (int64_t pos = std::max(L.hot.first_pos(), keep_lo); pos < lo; ++pos) {
+      const int64_t first = std::max(L.hot.first_pos(), keep_lo);
+      for (int64_t pos = first; pos < lo; ++pos) {
         if (L.cold.rows() == 0 || L.cold.end_pos() != pos) L.cold.reset_to(pos);
         encode_cold_row(codec, c.hidden, L.hot.at(pos), enc.data());
         L.cold.append(enc.data(), 1);
-        if (rederive && codec != ColdCodec::F32) derive_cold(li, pos, pos + 1);
       }
+      if (rederive && codec != ColdCodec::F32 && lo > first) derive_cold(li, first, lo);  // batch-invariant: as row by row
       L.hot.drop_before(lo);
     }
     if (L.cold.rows() == 0) L.cold.reset_to(L.hot.first_pos());
@@ -96,39 +96,52 @@ std::vector<float> CachedResidualEngine::prefill(const std::vector<int32_t>& tok
   n_past_ = 0;
   layers_.clear();
   for (int64_t li = 0; li < c.n_layers; ++li) layers_.push_back(fresh_layer(li));
-  // Full precision, exactly like standard's forward; residuals recorded per layer, tiers settled
-  // per chunk (no K/V yet).
-  KvCache tmp(c, 0);
-  std::vector<float> x;
+  // Chunked like standard's forward, and each query sees what a decode step at its position
+  // would: its newest kv_keep + 1 positions exact, older ones (a lossy layer's cold tier) through
+  // the round trip — AttendMask::alt for rows that turn cold within the chunk, the cached cold
+  // K/V for rows already cold. So prefill == token-by-token decode, bit for bit.
+  std::vector<float> x, ak, av;
   for (int64_t off = 0; off < n; off += Forward::kChunk) {
     const int64_t m = std::min(Forward::kChunk, n - off);
     x.assign(static_cast<size_t>(m * c.hidden), 0.0f);
+    q_.resize(static_cast<size_t>(m * c.q_dim()));
+    attn_.resize(q_.size());
+    k_.resize(static_cast<size_t>(m * c.kv_dim()));
+    v_.resize(k_.size());
     fwd_->embed(tokens.data() + off, m, x.data());
     for (int64_t li = 0; li < c.n_layers; ++li) {
-      layers_[static_cast<size_t>(li)].hot.append(x.data(), m);
-      fwd_->layer(li, x.data(), m, off, tmp.layer(li));
+      Layer& L = layers_[static_cast<size_t>(li)];
+      const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+      L.hot.append(x.data(), m);
+      fwd_->qkv(li, x.data(), m, off, q_.data(), k_.data(), v_.data());
+      if (L.k.rows() == 0) {
+        L.k.reset_to(off);
+        L.v.reset_to(off);
+      }
+      L.k.append(k_.data(), m);
+      L.v.append(v_.data(), m);
+      const int64_t lo = lc.sliding ? std::max<int64_t>(0, off - lc.window + 1) : 0;
+      if (L.k.first_pos() > lo || L.k.end_pos() != off + m)
+        throw Error(ErrorKind::BackendFailure, id_.name + ": prefill of layer " + std::to_string(li) + " needs K/V [" +
+                                                   std::to_string(lo) + ", " + std::to_string(off + m) + ") but holds [" +
+                                                   std::to_string(L.k.first_pos()) + ", " + std::to_string(L.k.end_pos()) + ")");
+      const KvSpan span{L.k.at(lo), L.v.at(lo), lo, off + m - lo};
+      AttendMask mask;
+      const int64_t keep = tiers_.kv_keep[static_cast<size_t>(li)];
+      const ColdCodec codec = policy_[static_cast<size_t>(li)];
+      if (keep > 0 && codec != ColdCodec::F32) {
+        // Hot rows older than kv_keep for some query of this chunk (p - j > keep).
+        const int64_t a = std::max(L.hot.first_pos(), lo), b = off + m - 1 - keep;
+        if (b > a) {
+          roundtrip_kv(*fwd_, li, codec, L.hot, a, b, ak, av);
+          mask.alt = {ak.data(), av.data(), a, b - a};
+          mask.alt_recent = keep + 1;
+        }
+      }
+      fwd_->attend(li, q_.data(), m, off, span, attn_.data(), mask);
+      fwd_->finish_layer(li, attn_.data(), m, x.data());
     }
-    settle(off + m, false);
-  }
-  // K/V: cold rows derived once from the round-tripped residuals; hot rows from the prompt's K/V.
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    Layer& L = layers_[static_cast<size_t>(li)];
-    const LayerKv& t = tmp.layer(li);
-    const int64_t cold_first = L.cold.first_pos(), hot_first = L.hot.first_pos(), rows = n - hot_first;
-    if (hot_first < t.first_pos())
-      throw Error(ErrorKind::BackendFailure, id_.name + ": prefill K/V of layer " + std::to_string(li) +
-                                                 " start at " + std::to_string(t.first_pos()) + ", hot tier at " +
-                                                 std::to_string(hot_first));
-    L.k.reset_to(cold_first);
-    L.v.reset_to(cold_first);
-    std::vector<float> zeros(static_cast<size_t>((hot_first - cold_first) * c.kv_dim()), 0.0f);
-    L.k.append(zeros.data(), hot_first - cold_first);
-    L.v.append(zeros.data(), hot_first - cold_first);
-    if (rows > 0) {
-      L.k.append(t.k_at(hot_first), rows);
-      L.v.append(t.v_at(hot_first), rows);
-    }
-    if (hot_first > cold_first) derive_cold(li, cold_first, hot_first);
+    settle(off + m, true);  // rows leaving the hot tier: encoded, their K/V re-derived
   }
   n_past_ = n;
   started_ = true;

@@ -36,6 +36,10 @@ struct ResidualEngineIdentity {
 /// K/V, as in `standard`, on top of the residuals. (For an f32 layer the round trip is exact,
 /// so nothing is re-derived.)
 ///
+/// Prefill attends exactly as decode does: a query sees positions older than its hot window
+/// through the codec round trip (AttendMask::alt for rows that turn cold within the chunk), so one
+/// prefill, prefill + decode and token-by-token decode give identical logits.
+///
 /// memory(): cold = encoded cold residuals; hot = hot residuals + all cached K/V (derivative).
 /// State file: like markov-rs (n_past, per layer cold words as held + hot f32 residuals; never
 /// K/V, which load_state re-derives from the round-tripped residuals); the config string names

@@ -15,6 +15,15 @@ struct ModelConfig;
 /// would not fit the model's context length.
 void check_context(int64_t tokens, const ModelConfig& config);
 
+/// The largest sliding window among the model's layers (0 when none slides).
+int64_t max_sliding_window(const ModelConfig& config);
+
+/// Every evicting engine's window guard: an engine window (`window` > 0) smaller than the model's
+/// sliding window would cut the sliding layers' own span — the model never saw such a mask, and
+/// it collapses (issue 8) — so it is Error{InvalidArgument} naming `engine`, the window and the
+/// sliding window. window 0 (no eviction) always passes.
+void check_engine_window(const std::string& engine, int64_t window, const ModelConfig& config);
+
 /// What generation needs beyond an engine's own tensors to continue exactly as if it had never
 /// stopped. kv/generate.h keeps it current; state files (kv/state_file.h) carry it.
 struct SessionState {

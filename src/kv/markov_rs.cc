@@ -89,6 +89,28 @@ void MarkovRsEngine::derive_kv(int64_t li, const float* x, int64_t n, int64_t po
   }
 }
 
+KvSpan MarkovRsEngine::attend_span(Layer& L, int64_t li, int64_t lo, int64_t end) {
+  const int64_t H = fwd_->config().hidden, kvd = fwd_->config().kv_dim();
+  const int64_t kv_first = L.kv.first_pos();
+  if (lo >= kv_first) return {L.kv.k_at(lo), L.kv.v_at(lo), lo, end - lo};
+  // Cold positions [lo, kv_first): re-derive K/V from the (round-tripped) residuals.
+  if (L.cold.first_pos() > lo || L.cold.end_pos() != kv_first)
+    throw Error(ErrorKind::BackendFailure,
+                name() + ": layer " + std::to_string(li) + " needs cold rows [" + std::to_string(lo) + ", " +
+                    std::to_string(kv_first) + ") but holds [" + std::to_string(L.cold.first_pos()) + ", " +
+                    std::to_string(L.cold.end_pos()) + ")");
+  const int64_t ncold = kv_first - lo, total = end - lo;
+  cold_x_.resize(static_cast<size_t>(ncold * H));
+  for (int64_t j = 0; j < ncold; ++j) decode_row(L.cold.at(lo + j), cold_x_.data() + j * H);
+  span_k_.resize(static_cast<size_t>(total * kvd));
+  span_v_.resize(static_cast<size_t>(total * kvd));
+  derive_kv(li, cold_x_.data(), ncold, lo, span_k_.data(), span_v_.data());
+  const size_t hot_floats = static_cast<size_t>((total - ncold) * kvd);
+  std::memcpy(span_k_.data() + ncold * kvd, L.kv.k_at(kv_first), hot_floats * sizeof(float));
+  std::memcpy(span_v_.data() + ncold * kvd, L.kv.v_at(kv_first), hot_floats * sizeof(float));
+  return {span_k_.data(), span_v_.data(), lo, total};
+}
+
 std::vector<float> MarkovRsEngine::prefill(const std::vector<int32_t>& tokens) {
   const ModelConfig& c = fwd_->config();
   if (tokens.empty()) throw Error(ErrorKind::EmptyPrompt, "prefill: the prompt has no tokens");
@@ -96,33 +118,43 @@ std::vector<float> MarkovRsEngine::prefill(const std::vector<int32_t>& tokens) {
   check_context(n, c);
   started_ = false;
   n_past_ = 0;
-  std::vector<Layer> layers = fresh_layers();
-  // The prompt runs exactly like standard's forward (full precision, chunked), recording the
-  // residual entering every layer; the tiers are settled after each chunk to bound memory.
-  KvCache tmp(c, 0);
-  std::vector<float> x;
+  layers_ = fresh_layers();
+  // Chunked like standard's forward, recording the residual entering every layer; each query sees
+  // what a decode step at its position would: cold positions through K/V derived from the decoded
+  // cold tier, positions that turn cold within the chunk through the round trip (AttendMask::alt),
+  // the newest kv_keep + 1 exact. So prefill == token-by-token decode, bit for bit.
+  std::vector<float> x, ak, av;
   for (int64_t off = 0; off < n; off += Forward::kChunk) {
     const int64_t m = std::min(Forward::kChunk, n - off);
     x.assign(static_cast<size_t>(m * c.hidden), 0.0f);
+    q_.resize(static_cast<size_t>(m * c.q_dim()));
+    attn_.resize(q_.size());
+    k_.resize(static_cast<size_t>(m * c.kv_dim()));
+    v_.resize(k_.size());
     fwd_->embed(tokens.data() + off, m, x.data());
     for (int64_t li = 0; li < c.n_layers; ++li) {
-      layers[static_cast<size_t>(li)].hot.append(x.data(), m);
-      fwd_->layer(li, x.data(), m, off, tmp.layer(li));
+      Layer& L = layers_[static_cast<size_t>(li)];
+      const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+      L.hot.append(x.data(), m);
+      fwd_->qkv(li, x.data(), m, off, q_.data(), k_.data(), v_.data());
+      L.kv.append(k_.data(), v_.data(), m);
+      const int64_t lo = lc.sliding ? std::max<int64_t>(0, off - lc.window + 1) : 0;
+      const KvSpan span = attend_span(L, li, lo, off + m);
+      AttendMask mask;
+      const int64_t keep = tiers_.kv_keep[static_cast<size_t>(li)];
+      if (keep > 0 && codec_ != ColdCodec::F32) {
+        const int64_t a = std::max(L.hot.first_pos(), lo), b = off + m - 1 - keep;  // hot rows that turn cold for a later query
+        if (b > a) {
+          roundtrip_kv(*fwd_, li, codec_, L.hot, a, b, ak, av);
+          mask.alt = {ak.data(), av.data(), a, b - a};
+          mask.alt_recent = keep + 1;
+        }
+      }
+      fwd_->attend(li, q_.data(), m, off, span, attn_.data(), mask);
+      fwd_->finish_layer(li, attn_.data(), m, x.data());
     }
-    settle(layers, off + m);
+    settle(layers_, off + m);
   }
-  // Hot K/V (derivative) from the prompt's own K/V: the same numbers kv_from_residual gives.
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    Layer& L = layers[static_cast<size_t>(li)];
-    const LayerKv& t = tmp.layer(li);
-    const int64_t first = L.hot.first_pos(), rows = n - first;
-    if (first < t.first_pos())
-      throw Error(ErrorKind::BackendFailure, name() + ": prefill K/V of layer " + std::to_string(li) + " start at " +
-                                                 std::to_string(t.first_pos()) + ", hot tier at " + std::to_string(first));
-    L.kv.reset_to(first);
-    if (rows > 0) L.kv.append(t.k_at(first), t.v_at(first), rows);
-  }
-  layers_ = std::move(layers);
   n_past_ = n;
   started_ = true;
   return std::vector<float>(x.end() - c.hidden, x.end());
@@ -147,28 +179,7 @@ std::vector<float> MarkovRsEngine::decode_step(int32_t token) {
     fwd_->qkv(li, x_.data(), 1, p, q_.data(), k_.data(), v_.data());
     L.kv.append(k_.data(), v_.data(), 1);
     const int64_t lo = lc.sliding ? std::max<int64_t>(0, p - lc.window + 1) : 0;
-    const int64_t kv_first = L.kv.first_pos();
-    KvSpan span;
-    if (lo >= kv_first) {
-      span = {L.kv.k_at(lo), L.kv.v_at(lo), lo, p + 1 - lo};
-    } else {
-      // Cold positions [lo, kv_first): re-derive K/V from the (round-tripped) residuals.
-      if (L.cold.first_pos() > lo || L.cold.end_pos() != kv_first)
-        throw Error(ErrorKind::BackendFailure,
-                    name() + ": layer " + std::to_string(li) + " needs cold rows [" + std::to_string(lo) + ", " +
-                        std::to_string(kv_first) + ") but holds [" + std::to_string(L.cold.first_pos()) + ", " +
-                        std::to_string(L.cold.end_pos()) + ")");
-      const int64_t ncold = kv_first - lo, total = p + 1 - lo;
-      cold_x_.resize(static_cast<size_t>(ncold * H));
-      for (int64_t j = 0; j < ncold; ++j) decode_row(L.cold.at(lo + j), cold_x_.data() + j * H);
-      span_k_.resize(static_cast<size_t>(total * kvd));
-      span_v_.resize(static_cast<size_t>(total * kvd));
-      derive_kv(li, cold_x_.data(), ncold, lo, span_k_.data(), span_v_.data());
-      const size_t hot_floats = static_cast<size_t>((total - ncold) * kvd);
-      std::memcpy(span_k_.data() + ncold * kvd, L.kv.k_at(kv_first), hot_floats * sizeof(float));
-      std::memcpy(span_v_.data() + ncold * kvd, L.kv.v_at(kv_first), hot_floats * sizeof(float));
-      span = {span_k_.data(), span_v_.data(), lo, total};
-    }
+    const KvSpan span = attend_span(L, li, lo, p + 1);
     fwd_->attend(li, q_.data(), 1, p, span, attn_.data());
     fwd_->finish_layer(li, attn_.data(), 1, x_.data());
   }

@@ -31,8 +31,9 @@ namespace larql {
 /// `window` (tokens, 0 = unbounded) bounds the hot tier: residuals and K/V of the newest `window`
 /// positions. markov-rs keeps the cold tier in f32 (ColdCodec::F32) and is exact: the same logits
 /// as `standard` (the forward pass is batch-invariant). markov-rs-codec encodes the cold tier with
-/// bf16 or int8; cold K/V are always derived from the round-tripped residuals. Prefill computes
-/// the whole prompt at full precision; the codec applies to the state kept for later steps.
+/// bf16 or int8; cold K/V are always derived from the round-tripped residuals. Prefill attends
+/// exactly as decode would (each query sees positions older than its hot window through the
+/// round trip), so one prefill, prefill + decode and token-by-token decode agree bit for bit.
 ///
 /// memory(): hot = hot K/V + hot residuals, cold = encoded cold residuals (logical rows).
 /// State file: n_past plus per layer the hot residual rows (f32) and the cold rows (encoded
@@ -81,6 +82,9 @@ class MarkovRsEngine : public Engine {
   void settle(std::vector<Layer>& layers, int64_t n) const;
   void encode_row(const float* x, uint32_t* out) const;
   void decode_row(const uint32_t* in, float* x) const;
+  /// K/V rows of positions [lo, end) for attention: hot rows from L.kv, cold ones derived from
+  /// the decoded cold tier (into span_k_ / span_v_). Error{BackendFailure} when a row is missing.
+  KvSpan attend_span(Layer& L, int64_t li, int64_t lo, int64_t end);
   /// K/V [n, kv_dim] for f32 residual rows x at positions pos0.., in chunks.
   void derive_kv(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v);
   std::string name() const;

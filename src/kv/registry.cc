@@ -84,6 +84,11 @@ std::string check_value(const EngineEntry& e, const EngineKey& k, const std::str
   return v;
 }
 
+const EngineKey kSinkKey{
+    "sink", KeyType::Enum, "1",
+    "1: layers the engine window cuts also attend to position 0 (<bos>, the attention sink), kept forever; 0: off",
+    {"0", "1"}};
+
 const EngineKey kColdKvKey{
     "cold_kv", KeyType::Enum, "cache",
     "K/V of cold positions: cache = derived once from the (round-tripped) residual and kept (O(1) work per step, "
@@ -136,12 +141,17 @@ const std::vector<EngineEntry>& engine_registry() {
   static const std::vector<EngineEntry> kRegistry = {
       {"standard",
        {"full", "fp32", "markov-bounded", "bounded", "sliding"},
-       {{"window", KeyType::Int, "", "keep only the newest N K/V rows on every layer (default: unbounded)", {}}},
-       "K/V tensors per layer (f32); sliding layers keep only their model window",
+       {{"window", KeyType::Int, "",
+         "evict: every layer attends to its newest N positions (itself included), in prefill as in decode; N must be "
+         ">= the model's sliding window (default: unbounded)", {}},
+        kSinkKey},
+       "K/V tensors per layer (f32); sliding layers keep only their model window; window=N evicts the others",
        "the reference: parity with llama.cpp on the same GGUF is measured",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
-         return std::make_unique<StandardEngine>(std::move(f), s.get_int("window", 0));
-       }},
+         return std::make_unique<StandardEngine>(std::move(f), s.get_int("window", 0), s.get_string("sink", "1") == "1");
+       },
+       {},
+       {"standard:window=520"}},
       {"no-cache",
        {"no_cache", "none", "off"},
        {},
@@ -193,16 +203,18 @@ const std::vector<EngineEntry>& engine_registry() {
        {{"tq3", {{"bits", "3"}}}, {"tq4", {{"bits", "4"}}}}},
       {"unlimited-context",
        {"unlimited", "unlimited_context"},
-       {{"window", KeyType::Int, "512", "tokens per window; a window attends to the previous window's last-position checkpoint plus itself", {}},
+       {{"window", KeyType::Int, "512",
+         "tokens per window (>= the model's sliding window): global layers attend to the sink, the whole previous "
+         "window and their own; sliding layers keep their own span across windows", {}},
         {"sink", KeyType::Enum, "1", "1: global layers also attend to position 0 (<bos>, the attention sink); 0: off", {"0", "1"}}},
-       "current window's K/V + one K/V checkpoint row per closed window + the <bos> sink row + every token id",
-       "exact while the context fits one window; beyond, top-1 agreement / KL vs standard are measured",
+       "the sliding layers' span + the global layers' previous and current window and <bos> sink row + every token id",
+       "exact while the context fits two windows; beyond, KL vs standard is measured (no cliff at a boundary)",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          return std::make_unique<UnlimitedContextEngine>(std::move(f), s.get_int("window", 512), s.get_string("sink", "1") == "1");
        }},
       {"boundary-kv",
        {"boundary_kv", "boundary"},
-       {{"window", KeyType::Int, "", "as standard:window=N (default: unbounded)", {}},
+       {{"window", KeyType::Int, "", "as standard:window=N, with the sink (default: unbounded)", {}},
         {"chunk_tokens", KeyType::Int, "512", "a boundary frame at the end of every chunk of this many tokens", {}},
         {"sequence_id", KeyType::String, "",
          "archive file name under $LARQL_ARCHIVE_DIR (default ./larql-archive); letters, digits, '.', '_', '-' "

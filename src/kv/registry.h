@@ -50,6 +50,10 @@ struct EngineEntry {
   /// listed here sets those keys (spec.to_string() shows them); setting such a key explicitly
   /// to another value is Error{InvalidArgument}.
   std::map<std::string, std::map<std::string, std::string>> alias_params = {};
+  /// Specs beyond the defaults that exercise what the keys change (an eviction window, a cold
+  /// tier, a codec): the engine-wide tests (tests/kv/chunk_invariance_test.cc) run the default
+  /// spec and each of these; `larql engines` shows them.
+  std::vector<std::string> examples = {};
 };
 
 /// Every engine this build has, in ladder order.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "inference/forward.h"
 #include "model/config.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -93,6 +94,25 @@ int64_t ResidualTierLimits::retain_lo(int64_t li, int64_t n) const {
 int64_t ResidualTierLimits::hot_lo(int64_t li, int64_t n) const {
   const int64_t keep = kv_keep[static_cast<size_t>(li)];
   return keep > 0 ? std::max<int64_t>(0, n - keep) : 0;
+}
+
+void roundtrip_kv(Forward& f, int64_t li, ColdCodec codec, const RowStore<float>& hot, int64_t a, int64_t b,
+                  std::vector<float>& k, std::vector<float>& v) {
+  const ModelConfig& c = f.config();
+  const int64_t n = std::max<int64_t>(0, b - a);
+  k.resize(static_cast<size_t>(n * c.kv_dim()));
+  v.resize(k.size());
+  std::vector<uint32_t> enc(static_cast<size_t>(cold_codec_words(codec, c.hidden)));
+  std::vector<float> x;
+  for (int64_t off = 0; off < n; off += Forward::kChunk) {
+    const int64_t m = std::min(Forward::kChunk, n - off);
+    x.resize(static_cast<size_t>(m * c.hidden));
+    for (int64_t j = 0; j < m; ++j) {
+      encode_cold_row(codec, c.hidden, hot.at(a + off + j), enc.data());
+      decode_cold_row(codec, c.hidden, enc.data(), x.data() + j * c.hidden);
+    }
+    f.kv_from_residual(li, x.data(), m, a + off, k.data() + off * c.kv_dim(), v.data() + off * c.kv_dim());
+  }
 }
 
 void write_residual_tiers(StateWriter& w, const RowStore<uint32_t>& cold, const RowStore<float>& hot) {

@@ -12,6 +12,10 @@
 #include "kv/state_file.h"
 
 namespace larql {
+class Forward;
+}
+
+namespace larql {
 
 struct ModelConfig;
 
@@ -85,6 +89,13 @@ struct ResidualTierLimits {
   /// First hot position of layer li at n tokens.
   int64_t hot_lo(int64_t li, int64_t n) const;
 };
+
+/// K/V [b - a, kv_dim] (into k, v, resized) of layer li for positions [a, b) of `hot`, derived
+/// from their residuals after an encode/decode round trip with `codec`: exactly the K/V those
+/// positions get once they turn cold. A prefill passes them as AttendMask::alt so that each query
+/// sees what a decode step at its position sees (older positions through the round trip).
+void roundtrip_kv(Forward& f, int64_t li, ColdCodec codec, const RowStore<float>& hot, int64_t a, int64_t b,
+                  std::vector<float>& k, std::vector<float>& v);
 
 /// One layer's tiers in a state file: u64 cold first, u64 cold rows, the encoded words as held;
 /// u64 hot first, u64 hot rows, the f32 residuals.

@@ -1,12 +1,43 @@
 #include "kv/standard.h"
 
+#include <algorithm>
+
 #include "kv/state_file.h"
 #include "util/error.h"
 
 namespace larql {
 
-StandardEngine::StandardEngine(std::shared_ptr<Forward> forward, int64_t window)
-    : fwd_(std::move(forward)), window_(window), cache_(fwd_->config(), window) {}
+void write_sink_rows(StateWriter& w, const KvCache& cache) {
+  for (int64_t i = 0; i < cache.n_layers(); ++i) {
+    const LayerKv& l = cache.layer(i);
+    if (l.sink_capacity() == 0) continue;
+    w.u64(static_cast<uint64_t>(l.sink_rows()));
+    w.floats(l.sink_k(), static_cast<size_t>(l.sink_rows() * l.kv_dim()));
+    w.floats(l.sink_v(), static_cast<size_t>(l.sink_rows() * l.kv_dim()));
+  }
+}
+
+void read_sink_rows(StateReader& r, KvCache& cache, int64_t n_past) {
+  for (int64_t i = 0; i < cache.n_layers(); ++i) {
+    LayerKv& l = cache.layer(i);
+    if (l.sink_capacity() == 0) continue;
+    const uint64_t rows = r.u64();
+    const int64_t want = std::min(l.sink_capacity(), n_past);
+    if (rows != static_cast<uint64_t>(want))
+      throw Error(ErrorKind::Format, r.path() + ": layer " + std::to_string(i) + " has " + std::to_string(rows) +
+                                         " sink rows, expected " + std::to_string(want));
+    std::vector<float> k(static_cast<size_t>(rows) * static_cast<size_t>(l.kv_dim())), v(k.size());
+    r.floats(k.data(), k.size());
+    r.floats(v.data(), v.size());
+    l.set_sink(k.data(), v.data(), static_cast<int64_t>(rows));
+  }
+}
+
+StandardEngine::StandardEngine(std::shared_ptr<Forward> forward, int64_t window, bool sink)
+    : fwd_(std::move(forward)), window_(window), sink_(sink) {
+  check_engine_window("standard", window_, fwd_->config());
+  cache_ = KvCache(fwd_->config(), window_, sink_);
+}
 
 std::vector<float> StandardEngine::run(const int32_t* tokens, int64_t n) {
   const ModelConfig& c = fwd_->config();
@@ -31,7 +62,7 @@ std::vector<float> StandardEngine::decode_step(int32_t token) {
 }
 
 EngineInfo StandardEngine::info() const {
-  return {"standard", "cpu", window_ > 0 ? "window=" + std::to_string(window_) : ""};
+  return {"standard", "cpu", window_ > 0 ? "window=" + std::to_string(window_) + (sink_ ? "" : ",sink=0") : ""};
 }
 
 EngineMemory StandardEngine::memory() const { return {cache_.bytes(), 0, window_}; }
@@ -40,6 +71,7 @@ void StandardEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
   StateWriter w(path, {"standard", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past()), session_});
   for (int64_t i = 0; i < cache_.n_layers(); ++i) write_layer_kv(w, cache_.layer(i));
+  write_sink_rows(w, cache_);
   w.close();
 }
 
@@ -48,9 +80,10 @@ void StandardEngine::load_state(const std::string& path) {
   const StateHeader h = r.header("standard", fwd_->model().fingerprint(), info().config);
   if (h.n_past > static_cast<uint64_t>(fwd_->config().context_length))
     throw Error(ErrorKind::Format, path + ": n_past " + std::to_string(h.n_past) + " exceeds the context length");
-  KvCache fresh(fwd_->config(), window_);
+  KvCache fresh(fwd_->config(), window_, sink_);
   for (int64_t i = 0; i < fresh.n_layers(); ++i)
     read_layer_kv(r, fresh.layer(i), static_cast<int64_t>(h.n_past), -1, "layer " + std::to_string(i));
+  read_sink_rows(r, fresh, static_cast<int64_t>(h.n_past));
   r.expect_end();
   session_ = h.session;
   cache_ = std::move(fresh);

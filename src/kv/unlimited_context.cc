@@ -10,66 +10,47 @@ namespace larql {
 UnlimitedContextEngine::UnlimitedContextEngine(std::shared_ptr<Forward> forward, int64_t window, bool sink)
     : fwd_(std::move(forward)), window_(window), sink_on_(sink) {
   if (window_ <= 0) throw Error(ErrorKind::InvalidArgument, "unlimited-context: window must be positive, got " + std::to_string(window_));
-  cur_ = seeded_layers(0);
+  check_engine_window("unlimited-context", window_, fwd_->config());
+  for (int64_t l = 0; l < fwd_->config().n_layers; ++l)
+    if (!sliding(l)) global_.push_back(l);
+  reset();
 }
 
-std::vector<LayerKv> UnlimitedContextEngine::seeded_layers(int64_t id) const {
+bool UnlimitedContextEngine::sliding(int64_t li) const { return fwd_->config().layers[static_cast<size_t>(li)].sliding; }
+
+LayerKv UnlimitedContextEngine::fresh_layer(int64_t li) const {
   const ModelConfig& c = fwd_->config();
-  std::vector<LayerKv> kv;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    kv.emplace_back(c.kv_dim(), 0);  // no eviction: a window is bounded by construction
-    if (id > 0) {
-      const Checkpoint& cp = checkpoints_[static_cast<size_t>(id - 1)];
-      if (has_sink(id, l)) {
-        kv.back().reset_to(cp.pos - 1);
-        kv.back().append(sink_.k.data() + l * c.kv_dim(), sink_.v.data() + l * c.kv_dim(), 1);
-      } else {
-        kv.back().reset_to(cp.pos);
-      }
-      kv.back().append(cp.k.data() + l * c.kv_dim(), cp.v.data() + l * c.kv_dim(), 1);
-    } else {
-      kv.back().reset_to(0);
-    }
-  }
-  return kv;
+  // Sliding layers: their own span, for good (and no sink: their mask never shows position 0
+  // past it). Global layers: from position 0, with the sink kept apart once it leaves.
+  if (sliding(li)) return LayerKv(c.kv_dim(), c.layers[static_cast<size_t>(li)].window);
+  return LayerKv(c.kv_dim(), 0, sink_on_ ? 1 : 0);
 }
 
-bool UnlimitedContextEngine::has_sink(int64_t id, int64_t layer) const {
-  // Window 1 of a 1-token window: the checkpoint is position 0 itself.
-  return sink_on_ && id > 0 && id * window_ - 1 > 0 && !fwd_->config().layers[static_cast<size_t>(layer)].sliding;
-}
-
-void UnlimitedContextEngine::run_piece(std::vector<LayerKv>& kv, const int32_t* tokens, int64_t m, int64_t pos0, float* x) {
+void UnlimitedContextEngine::reset() {
   const ModelConfig& c = fwd_->config();
-  fwd_->embed(tokens, m, x);
-  for (int64_t l = 0; l < c.n_layers; ++l) fwd_->layer(l, x, m, pos0, kv[static_cast<size_t>(l)]);
+  tokens_.clear();
+  win_id_ = 0;
+  cur_len_ = 0;
+  started_ = false;
+  kv_.clear();
+  for (int64_t l = 0; l < c.n_layers; ++l) kv_.push_back(fresh_layer(l));
 }
 
 void UnlimitedContextEngine::close_window() {
-  const ModelConfig& c = fwd_->config();
-  Checkpoint cp;
-  cp.pos = win_id_ * window_ + cur_len_ - 1;
-  cp.k.resize(static_cast<size_t>(c.n_layers * c.kv_dim()));
-  cp.v.resize(cp.k.size());
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerKv& kv = cur_[static_cast<size_t>(l)];
-    std::copy_n(kv.k_at(cp.pos), c.kv_dim(), cp.k.begin() + l * c.kv_dim());
-    std::copy_n(kv.v_at(cp.pos), c.kv_dim(), cp.v.begin() + l * c.kv_dim());
-  }
-  checkpoints_.push_back(std::move(cp));
-  if (win_id_ == 0) {  // the sink: position 0 of every layer
-    sink_.pos = 0;
-    sink_.k.resize(static_cast<size_t>(c.n_layers * c.kv_dim()));
-    sink_.v.resize(sink_.k.size());
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      const LayerKv& kv = cur_[static_cast<size_t>(l)];
-      std::copy_n(kv.k_at(0), c.kv_dim(), sink_.k.begin() + l * c.kv_dim());
-      std::copy_n(kv.v_at(0), c.kv_dim(), sink_.v.begin() + l * c.kv_dim());
-    }
+  // Window k closes: each global layer drops window k-1 and keeps window k (now the previous
+  // window) and the sink.
+  const int64_t kvd = fwd_->config().kv_dim();
+  const int64_t from = win_id_ * window_, to = from + window_;
+  for (int64_t li : global_) {
+    LayerKv& kv = kv_[static_cast<size_t>(li)];
+    LayerKv next(kvd, 0, kv.sink_capacity());
+    next.reset_to(from);
+    next.append(kv.k_at(from), kv.v_at(from), to - from);
+    next.set_sink(kv.sink_k(), kv.sink_v(), kv.sink_rows());
+    kv = std::move(next);
   }
   ++win_id_;
   cur_len_ = 0;
-  cur_ = seeded_layers(win_id_);
 }
 
 std::vector<float> UnlimitedContextEngine::process(const int32_t* tokens, int64_t n) {
@@ -80,7 +61,9 @@ std::vector<float> UnlimitedContextEngine::process(const int32_t* tokens, int64_
     if (cur_len_ == window_) close_window();
     const int64_t m = std::min({n, window_ - cur_len_, Forward::kChunk});
     x.resize(static_cast<size_t>(m * c.hidden));
-    run_piece(cur_, tokens, m, n_past(), x.data());
+    const int64_t pos0 = n_past();
+    fwd_->embed(tokens, m, x.data());
+    for (int64_t l = 0; l < c.n_layers; ++l) fwd_->layer(l, x.data(), m, pos0, kv_[static_cast<size_t>(l)]);
     tokens_.insert(tokens_.end(), tokens, tokens + m);
     cur_len_ += m;
     tokens += m;
@@ -91,13 +74,7 @@ std::vector<float> UnlimitedContextEngine::process(const int32_t* tokens, int64_
 
 std::vector<float> UnlimitedContextEngine::prefill(const std::vector<int32_t>& tokens) {
   if (tokens.empty()) throw Error(ErrorKind::EmptyPrompt, "prefill: the prompt has no tokens");
-  tokens_.clear();
-  checkpoints_.clear();
-  sink_ = {};
-  win_id_ = 0;
-  cur_len_ = 0;
-  cur_ = seeded_layers(0);
-  started_ = false;
+  reset();
   auto out = process(tokens.data(), static_cast<int64_t>(tokens.size()));
   started_ = true;
   return out;
@@ -108,34 +85,28 @@ std::vector<float> UnlimitedContextEngine::decode_step(int32_t token) {
   return process(&token, 1);
 }
 
-WindowKv UnlimitedContextEngine::window_kv_of(const std::vector<LayerKv>& kv, int64_t first_pos) const {
-  const ModelConfig& c = fwd_->config();
+WindowKv UnlimitedContextEngine::current_window_kv() const {
+  const int64_t kvd = fwd_->config().kv_dim();
   WindowKv w;
-  w.first_pos = first_pos;
-  w.rows = kv.empty() ? 0 : kv[0].end_pos() - first_pos;
-  for (const LayerKv& l : kv) {
-    w.k.emplace_back(l.k_at(first_pos), l.k_at(first_pos) + w.rows * c.kv_dim());
-    w.v.emplace_back(l.v_at(first_pos), l.v_at(first_pos) + w.rows * c.kv_dim());
+  w.first_pos = win_id_ * window_;
+  w.rows = cur_len_;
+  const int64_t end = w.first_pos + w.rows;
+  for (const LayerKv& l : kv_) {
+    const int64_t first = std::min(end, std::max(w.first_pos, l.first_pos()));
+    w.layer_first.push_back(first);
+    w.k.emplace_back(l.k_at(first), l.k_at(first) + (end - first) * kvd);
+    w.v.emplace_back(l.v_at(first), l.v_at(first) + (end - first) * kvd);
   }
   return w;
 }
 
-WindowKv UnlimitedContextEngine::current_window_kv() const { return window_kv_of(cur_, win_id_ * window_); }
-
-WindowKv UnlimitedContextEngine::replay(int64_t id) {
+WindowKv UnlimitedContextEngine::replay(int64_t id) const {
   if (id < 0 || id >= win_id_)
     throw Error(ErrorKind::InvalidArgument, "unlimited-context: replay(" + std::to_string(id) + "): closed windows are 0.." +
                                                 std::to_string(win_id_ - 1));
-  const ModelConfig& c = fwd_->config();
-  std::vector<LayerKv> kv = seeded_layers(id);
-  const int64_t first = id * window_;
-  std::vector<float> x;
-  for (int64_t off = 0; off < window_; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, window_ - off);
-    x.resize(static_cast<size_t>(m * c.hidden));
-    run_piece(kv, tokens_.data() + first + off, m, first + off, x.data());
-  }
-  return window_kv_of(kv, first);
+  UnlimitedContextEngine again(fwd_, window_, sink_on_);
+  again.prefill(std::vector<int32_t>(tokens_.begin(), tokens_.begin() + (id + 1) * window_));  // lazy close: id stays current
+  return again.current_window_kv();
 }
 
 EngineInfo UnlimitedContextEngine::info() const {
@@ -143,31 +114,24 @@ EngineInfo UnlimitedContextEngine::info() const {
 }
 
 EngineMemory UnlimitedContextEngine::memory() const {
-  const ModelConfig& c = fwd_->config();
   size_t hot = 0;
-  for (const LayerKv& l : cur_) hot += l.bytes();
-  const size_t cp = static_cast<size_t>(c.n_layers * c.kv_dim()) * 2 * sizeof(float);
-  const size_t sink = win_id_ > 0 && sink_on_ ? cp : 0;
-  return {hot, checkpoints_.size() * cp + sink + tokens_.size() * sizeof(int32_t), window_};
+  for (const LayerKv& l : kv_) hot += l.bytes();
+  return {hot, tokens_.size() * sizeof(int32_t), window_};
 }
 
-// Payload: tokens (u64 each) | per checkpoint: u64 pos, k, v [n_layers*kv_dim] | when a window
-// has closed and the sink is on: the sink's k, v [n_layers*kv_dim] | per layer: u64 first_pos,
-// u64 rows, k, v [rows*kv_dim] of the current window (with its seed rows).
+// Payload: tokens (u64 each) | per layer write_layer_kv (a sliding layer's span; a global layer's
+// previous and current windows) | per global layer with the sink on: u64 sink rows, K, V.
 void UnlimitedContextEngine::save_state(const std::string& path) const {
   if (!started_) throw Error(ErrorKind::InvariantViolation, "save_state before prefill");
   StateWriter w(path, {"unlimited-context", info().config, fwd_->model().fingerprint(), static_cast<uint64_t>(n_past()), session_});
   for (int32_t t : tokens_) w.u64(static_cast<uint32_t>(t));
-  for (const Checkpoint& cp : checkpoints_) {
-    w.u64(static_cast<uint64_t>(cp.pos));
-    w.floats(cp.k.data(), cp.k.size());
-    w.floats(cp.v.data(), cp.v.size());
+  for (const LayerKv& l : kv_) write_layer_kv(w, l);
+  for (const LayerKv& l : kv_) {
+    if (l.sink_capacity() == 0) continue;
+    w.u64(static_cast<uint64_t>(l.sink_rows()));
+    w.floats(l.sink_k(), static_cast<size_t>(l.sink_rows() * l.kv_dim()));
+    w.floats(l.sink_v(), static_cast<size_t>(l.sink_rows() * l.kv_dim()));
   }
-  if (win_id_ > 0 && sink_on_) {
-    w.floats(sink_.k.data(), sink_.k.size());
-    w.floats(sink_.v.data(), sink_.v.size());
-  }
-  for (const LayerKv& l : cur_) write_layer_kv(w, l);
   w.close();
 }
 
@@ -178,41 +142,34 @@ void UnlimitedContextEngine::load_state(const std::string& path) {
   if (h.n_past == 0 || h.n_past > static_cast<uint64_t>(c.context_length))
     throw Error(ErrorKind::Format, path + ": n_past " + std::to_string(h.n_past) + " out of range");
   const int64_t n = static_cast<int64_t>(h.n_past);
+  if (r.remaining() / sizeof(uint64_t) < static_cast<size_t>(n))
+    throw Error(ErrorKind::Format, path + ": truncated token archive");
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   for (auto& t : tokens) t = static_cast<int32_t>(static_cast<uint32_t>(r.u64()));
   const int64_t closed = (n - 1) / window_;  // lazy close: a full window stays current
-  std::vector<Checkpoint> cps(static_cast<size_t>(closed));
-  for (int64_t i = 0; i < closed; ++i) {
-    Checkpoint& cp = cps[static_cast<size_t>(i)];
-    cp.pos = static_cast<int64_t>(r.u64());
-    if (cp.pos != (i + 1) * window_ - 1) throw Error(ErrorKind::Format, path + ": checkpoint " + std::to_string(i) + " at a wrong position");
-    cp.k.resize(static_cast<size_t>(c.n_layers * c.kv_dim()));
-    cp.v.resize(cp.k.size());
-    r.floats(cp.k.data(), cp.k.size());
-    r.floats(cp.v.data(), cp.v.size());
-  }
-  Checkpoint sink;
-  if (closed > 0 && sink_on_) {
-    sink.k.resize(static_cast<size_t>(c.n_layers * c.kv_dim()));
-    sink.v.resize(sink.k.size());
-    r.floats(sink.k.data(), sink.k.size());
-    r.floats(sink.v.data(), sink.v.size());
-  }
-  const int64_t first = closed * window_;
-  std::vector<LayerKv> cur;
+  std::vector<LayerKv> kv;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const int64_t seed_first = closed > 0 ? first - 1 - (has_sink(closed, l) ? 1 : 0) : first;
-    cur.emplace_back(c.kv_dim(), 0);
-    read_layer_kv(r, cur.back(), n, seed_first, "layer " + std::to_string(l) + " window");
+    kv.push_back(fresh_layer(l));
+    const int64_t want_first =
+        sliding(l) ? std::max<int64_t>(0, n - kv.back().span()) : std::max<int64_t>(0, (closed - 1) * window_);
+    read_layer_kv(r, kv.back(), n, want_first, "layer " + std::to_string(l));
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerKv& layer = kv[static_cast<size_t>(l)];
+    if (layer.sink_capacity() == 0) continue;
+    const uint64_t rows = r.u64();
+    if (rows != 1) throw Error(ErrorKind::Format, path + ": layer " + std::to_string(l) + " has " + std::to_string(rows) + " sink rows, expected 1");
+    std::vector<float> k(static_cast<size_t>(c.kv_dim())), v(k.size());
+    r.floats(k.data(), k.size());
+    r.floats(v.data(), v.size());
+    layer.set_sink(k.data(), v.data(), 1);
   }
   r.expect_end();
   session_ = h.session;
   tokens_ = std::move(tokens);
-  checkpoints_ = std::move(cps);
-  sink_ = std::move(sink);
-  cur_ = std::move(cur);
+  kv_ = std::move(kv);
   win_id_ = closed;
-  cur_len_ = n - first;
+  cur_len_ = n - closed * window_;
   started_ = true;
 }
 

@@ -76,10 +76,11 @@ TEST_P(EngineContract, ErrorsSaveLoadAndForeignState) {
 
 INSTANTIATE_TEST_SUITE_P(
     Ladder, EngineContract,
-    ::testing::Values("standard", "standard:window=6", "no-cache", "markov-rs", "markov-rs:window=4",
+    ::testing::Values("standard", "standard:window=6", "standard:window=6,sink=0", "no-cache", "markov-rs", "markov-rs:window=4",
                       "markov-rs:window=4,cold_kv=derive", "markov-rs-codec:window=4",
                       "markov-rs-codec:window=4,codec=int8,cold_kv=derive", "turbo-quant", "tq3",
-                      "unlimited-context:window=8", "unlimited-context:window=8,sink=0", "boundary-kv:chunk_tokens=8"),
+                      "unlimited-context:window=8", "unlimited-context:window=8,sink=0", "boundary-kv:chunk_tokens=8",
+                      "boundary-kv:chunk_tokens=8,window=5"),
     [](const ::testing::TestParamInfo<const char*>& info) {
       std::string name;
       for (const char* p = info.param; *p; ++p) name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';

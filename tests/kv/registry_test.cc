@@ -101,7 +101,7 @@ TEST(Registry, RegistryTable) {
 // Every engine of ENGINES.md's table is in the registry, in ladder order, with its keys.
 TEST(Registry, EveryEngineAndKeyOfTheSpec) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> spec = {
-      {"standard", {"window"}},
+      {"standard", {"window", "sink"}},
       {"no-cache", {}},
       {"markov-rs", {"window", "cold_kv"}},
       {"markov-rs-codec", {"window", "codec", "cold_kv"}},

@@ -112,11 +112,23 @@ TEST(StandardEngine, Errors) {
 
 TEST(StandardEngine, InfoAndRegistry) {
   Fixture fx;
-  auto e = make_engine(parse_engine_spec("sliding:window=3"), fx.fwd);
+  auto e = make_engine(parse_engine_spec("sliding:window=5"), fx.fwd);
   EXPECT_EQ(e->info().name, "standard");
   EXPECT_EQ(e->info().backend, "cpu");
-  EXPECT_EQ(e->info().config, "window=3");
+  EXPECT_EQ(e->info().config, "window=5");
+  EXPECT_EQ(make_engine(parse_engine_spec("standard:window=5,sink=0"), fx.fwd)->info().config, "window=5,sink=0");
   EXPECT_EQ(make_engine(parse_engine_spec("full"), fx.fwd)->info().config, "");
+  // A window below the model's sliding window (4) would cut the sliding layers' own span.
+  for (const char* spec : {"standard:window=3", "standard:window=1"}) {
+    try {
+      make_engine(parse_engine_spec(spec), fx.fwd);
+      ADD_FAILURE() << spec << " accepted";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.kind(), ErrorKind::InvalidArgument);
+      EXPECT_NE(std::string(err.what()).find("sliding window (4 positions)"), std::string::npos) << err.what();
+    }
+  }
+  expect_error(ErrorKind::InvalidArgument, [&] { parse_engine_spec("standard:window=8,sink=2"); }, "sink=2");
 }
 
 TEST(StandardEngine, MemoryCountsLogicalRows) {
@@ -128,49 +140,68 @@ TEST(StandardEngine, MemoryCountsLogicalRows) {
   EXPECT_EQ(full.memory().hot_bytes, (6 * 4 + 10) * row);
   EXPECT_EQ(full.memory().cold_bytes, 0u);
   EXPECT_EQ(full.memory().window_tokens, 0);
-  StandardEngine w3(fx.fwd, 3);
-  w3.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 10));
-  EXPECT_EQ(w3.memory().hot_bytes, 7 * 3 * row);
-  EXPECT_EQ(w3.memory().window_tokens, 3);
-  for (int i = 0; i < 2; ++i) w3.decode_step(kSeq[10 + i]);
-  EXPECT_EQ(w3.memory().hot_bytes, 7 * 3 * row);
-  EXPECT_EQ(w3.n_past(), 12);
-  StandardEngine w2(fx.fwd, 8);  // larger than the sliding window: sliding layers still keep 4
-  w2.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 10));
-  EXPECT_EQ(w2.memory().hot_bytes, (6 * 4 + 8) * row);
-  StandardEngine shortp(fx.fwd, 3);
+  // window=5 (above the sliding window 4): sliding layers keep their own 4 rows, the global
+  // layer the newest 5 plus the sink row (position 0) once it has left them.
+  StandardEngine w5(fx.fwd, 5);
+  w5.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 10));
+  EXPECT_EQ(w5.memory().hot_bytes, (6 * 4 + 5 + 1) * row);
+  EXPECT_EQ(w5.memory().window_tokens, 5);
+  for (int i = 0; i < 2; ++i) w5.decode_step(kSeq[10 + i]);
+  EXPECT_EQ(w5.memory().hot_bytes, (6 * 4 + 5 + 1) * row);
+  EXPECT_EQ(w5.n_past(), 12);
+  StandardEngine w8(fx.fwd, 8, false);  // no sink
+  w8.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 10));
+  EXPECT_EQ(w8.memory().hot_bytes, (6 * 4 + 8) * row);
+  StandardEngine shortp(fx.fwd, 5);
   shortp.prefill({2, 100});
-  EXPECT_EQ(shortp.memory().hot_bytes, 7 * 2 * row);
+  EXPECT_EQ(shortp.memory().hot_bytes, 7 * 2 * row);  // the sink is still a live row: counted once
 }
 
-// window=N: every layer, the global one included, keeps only the newest N rows between steps, so
-// a decoded token sees N prior positions plus itself (the reference system's semantics,
-// shared/reference/kv-engines.md "standard"). Decoding token by token (no prefill chunk
-// involved), the logits match the independent reference with an N+1 window on every layer.
-TEST(StandardEngine, WindowedDecodeMatchesReferenceWithThatWindowEverywhere) {
+// window=N: every layer attends to its newest N positions, itself included (the model's own
+// sliding-window convention), plus position 0 — the attention sink — unless sink=0; sliding layers
+// keep their own (smaller) window. The same mask applies in prefill and in decode (issue 8:
+// prefill used to see its whole chunk plus N older rows, decode N rows plus itself), so one
+// prefill of the first t + 1 tokens and token-by-token decode both match the independent
+// reference with that mask at every position t.
+TEST(StandardEngine, WindowedPrefillAndDecodeMatchReferenceWithThatWindowEverywhere) {
   Fixture fx;
-  for (int64_t window : {3, 6}) {
-    SCOPED_TRACE(window);
-    StandardEngine e(fx.fwd, window);
-    testing::RefOptions o;
-    o.window_all_layers = window + 1;
-    const auto ref = testing::ReferenceGemma3(*fx.sm, o).logits(kSeq);
-    std::vector<float> h = e.prefill({kSeq[0]});
-    for (size_t t = 0; t < kSeq.size(); ++t) {
-      if (t > 0) h = e.decode_step(kSeq[t]);
-      const auto lg = fx.logits(h);
-      double d = 0, sc = 0;
-      for (size_t v = 0; v < lg.size(); ++v) {
-        d = std::max(d, std::abs(lg[v] - ref[t][v]));
-        sc = std::max(sc, std::abs(ref[t][v]));
+  for (int64_t window : {4, 6}) {
+    for (bool sink : {true, false}) {
+      SCOPED_TRACE(std::to_string(window) + (sink ? " sink" : " no sink"));
+      StandardEngine e(fx.fwd, window, sink);
+      testing::RefOptions o;
+      o.window_all_layers = window;
+      o.sink = sink;
+      const auto ref = testing::ReferenceGemma3(*fx.sm, o).logits(kSeq);
+      std::vector<float> h = e.prefill({kSeq[0]});
+      for (size_t t = 0; t < kSeq.size(); ++t) {
+        if (t > 0) h = e.decode_step(kSeq[t]);
+        StandardEngine one(fx.fwd, window, sink);
+        const auto hp = one.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + t + 1));
+        EXPECT_EQ(testing::max_abs_diff(h, hp), 0.0f) << "prefill vs decode at position " << t;
+        const auto lg = fx.logits(h);
+        double d = 0, sc = 0;
+        for (size_t v = 0; v < lg.size(); ++v) {
+          d = std::max(d, std::abs(lg[v] - ref[t][v]));
+          sc = std::max(sc, std::abs(ref[t][v]));
+        }
+        EXPECT_LE(d, 1e-3 * std::max(1.0, sc)) << "position " << t;
       }
-      EXPECT_LE(d, 1e-3 * std::max(1.0, sc)) << "position " << t;
     }
   }
+  // Without the sink the reference is far off: the test can see the sink.
+  testing::RefOptions wrong;
+  wrong.window_all_layers = 6;
+  const auto wr = testing::ReferenceGemma3(*fx.sm, wrong).logits(kSeq).back();
+  StandardEngine e(fx.fwd, 6);
+  const auto lg = fx.logits(e.prefill(kSeq));
+  double d = 0;
+  for (size_t v = 0; v < lg.size(); ++v) d = std::max(d, std::abs(lg[v] - wr[v]));
+  EXPECT_GT(d, 1e-2);
 }
 
 TEST(StandardEngine, SaveLoadContinuesWithIdenticalLogits) {
-  for (int64_t window : {0, 3}) {
+  for (int64_t window : {0, 5}) {  // 5: the sink row has left the window by the save
     SCOPED_TRACE(window);
     Fixture fx;
     const std::string path = temp_path("w" + std::to_string(window) + ".state");
@@ -213,8 +244,8 @@ TEST(StandardEngine, StateFromAnotherModelOrEngineConfigIsRefused) {
   StandardEngine b(fx.fwd, 0);
   expect_error(ErrorKind::InvariantViolation, [&] { b.load_state(path); }, "other model");
   EXPECT_THROW(b.decode_step(5), Error);  // still not started
-  // A state saved with window=3 does not load into an unbounded engine.
-  StandardEngine w(fx.fwd, 3);
+  // A state saved with window=5 does not load into an unbounded engine.
+  StandardEngine w(fx.fwd, 5);
   w.prefill({2, 100, 101});
   w.save_state(path);
   expect_error(ErrorKind::InvariantViolation, [&] { b.load_state(path); }, "other config");
@@ -297,7 +328,7 @@ TEST(StandardEngine, ContextOverflow) {
   expect_error(ErrorKind::ContextOverflow, [&] { e.decode_step(kSeq[8]); });
   EXPECT_EQ(e.n_past(), 8);  // the failed step left the state alone
   // A windowed engine is bounded by the model's context too (positions stay absolute).
-  StandardEngine w(fx.fwd, 2);
+  StandardEngine w(fx.fwd, 4);
   w.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 8));
   expect_error(ErrorKind::ContextOverflow, [&] { w.decode_step(kSeq[8]); });
 }

@@ -33,7 +33,7 @@ def test_resume_continues_like_one_process(larql_bin, model_path, tmp_path):
 def test_resume_refuses_other_engine_config(larql_bin, model_path, tmp_path):
     state = tmp_path / "seq.kv"
     _run(larql_bin, model_path, PROMPT, "-n", "2", "--save-state", str(state))
-    p = subprocess.run([str(larql_bin), "run", str(model_path), MORE, "-n", "2", "--engine", "standard:window=64",
+    p = subprocess.run([str(larql_bin), "run", str(model_path), MORE, "-n", "2", "--engine", "standard:window=1024",
                         "--resume", str(state)], capture_output=True, text=True, timeout=300)
     assert 0 < p.returncode < 128
     assert "error:" in p.stderr and "config" in p.stderr

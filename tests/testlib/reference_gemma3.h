@@ -13,6 +13,12 @@ namespace larql::testing {
 struct RefOptions {
   bool honour_sliding_window = true;  ///< false: every layer global (to show the test can fail)
   int64_t window_all_layers = 0;      ///< > 0: additionally, every layer sees only this many positions
+  bool sink = false;                  ///< with window_all_layers: position 0 stays visible to the window
+                                      ///< (the model's own sliding mask still applies)
+  /// > 0: unlimited-context's windows of this many positions on the global layers: a query at t
+  /// in window k = t / global_window sees [(k - 1) * global_window, t] (the previous window and
+  /// its own) and, with `sink`, position 0. Sliding layers keep their own mask.
+  int64_t global_window = 0;
 };
 
 class ReferenceGemma3 {
@@ -111,7 +117,11 @@ class ReferenceGemma3 {
         std::vector<int64_t> idx;
         for (int64_t j = 0; j <= t; ++j) {
           bool visible = global || !opt_.honour_sliding_window || (t - j) < s_.sliding_window;
-          if (opt_.window_all_layers > 0 && (t - j) >= opt_.window_all_layers) visible = false;
+          if (opt_.window_all_layers > 0 && (t - j) >= opt_.window_all_layers && !(opt_.sink && j == 0)) visible = false;
+          if (opt_.global_window > 0 && global) {
+            const int64_t start = (t / opt_.global_window - 1) * opt_.global_window;
+            visible = j >= start || (opt_.sink && j == 0);
+          }
           if (!visible) continue;
           double s = 0;
           for (int64_t i = 0; i < hd; ++i) s += q[t][hh * hd + i] * k[j][g * hd + i];
