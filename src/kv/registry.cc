@@ -194,11 +194,14 @@ const std::vector<EngineEntry>& engine_registry() {
        }},
       {"turbo-quant",
        {"turbo_quant", "turboquant", "tq4", "tq3"},
-       {{"bits", KeyType::Enum, "4", "bits per K/V coordinate (tq3 = bits=3, tq4 = bits=4)", {"3", "4"}}},
-       "K/V quantised in place: per head an f32 norm + WHT-rotated Lloyd-Max codes (3 or 4 bits)",
-       "lossy: K/V cosine >= 0.99 on every row (4-bit), >= 0.98 on average (3-bit); top-1 and KL vs standard reported",
+       {{"bits", KeyType::Enum, "4", "bits per K/V coordinate (tq3 = bits=3, tq4 = bits=4)", {"3", "4"}},
+        {"recent", KeyType::Int, "16", "the last N positions stay exact f32 (0: every row quantised before attention)", {}, 0}},
+       "K/V quantised in place: per head an f32 gain + WHT-rotated Lloyd-Max codes (3 or 4 bits) of V and of "
+       "(K - K[BOS]) scaled by the q/k-norm weights; the last `recent` positions exact",
+       "lossy: prefill = decode bit for bit; teacher-forced KL and top-1 vs standard measured (docs/BENCHMARKS.md)",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
-         return std::make_unique<TurboQuantEngine>(std::move(f), static_cast<int>(s.get_int("bits", 4)));
+         return std::make_unique<TurboQuantEngine>(std::move(f), static_cast<int>(s.get_int("bits", 4)),
+                                                   s.get_int("recent", TurboQuantEngine::kDefaultRecent));
        },
        {{"tq3", {{"bits", "3"}}}, {"tq4", {{"bits", "4"}}}}},
       {"unlimited-context",

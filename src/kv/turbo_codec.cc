@@ -9,7 +9,6 @@
 #endif
 
 #include "util/error.h"
-#include "util/profile.h"
 
 namespace larql::turbo {
 namespace {
@@ -130,7 +129,7 @@ Codec::Codec(int64_t d, int bits) : d_(d), bits_(bits) {
 }
 
 void Codec::encode(const float* x, uint8_t* out) const {
-  const profile::Scope prof(profile::Stage::Codec);
+  // Not profiled here: callers run it on pool threads and time the stage from their own thread.
   thread_local std::vector<float> u;
   thread_local std::vector<uint8_t> idx;
   u.resize(static_cast<size_t>(d_));
@@ -207,7 +206,7 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 #endif
 
 void Codec::decode_rotated(const uint8_t* in, float* y) const {
-  // Not profiled here: it runs per row inside attention (see TurboQuantEngine::attend_codes).
+  // Not profiled here: it runs per row inside attention (see TurboQuantEngine::layer_step).
 #if defined(__x86_64__)
   if (bits_ == 4 && d_ % 16 == 0 && kHaveAvx2 && use_simd_) {
     float norm;
@@ -242,7 +241,6 @@ void Codec::decode_rotated(const uint8_t* in, float* y) const {
 }
 
 void Codec::decode(const uint8_t* in, float* x) const {
-  const profile::Scope prof(profile::Stage::Codec);
   decode_rotated(in, x);
   rotate(x, d_);
 }

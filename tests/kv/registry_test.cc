@@ -106,7 +106,7 @@ TEST(Registry, EveryEngineAndKeyOfTheSpec) {
       {"markov-rs", {"window", "cold_kv"}},
       {"markov-rs-codec", {"window", "codec", "cold_kv"}},
       {"boundary-per-layer", {"window", "layers", "budget"}},
-      {"turbo-quant", {"bits"}},
+      {"turbo-quant", {"bits", "recent"}},
       {"unlimited-context", {"window", "sink"}},
       {"boundary-kv", {"window", "chunk_tokens", "sequence_id", "archive_dir"}},
       {"apollo", {"layer", "coef", "top_k", "store"}},

@@ -6,8 +6,8 @@
 //   3-bit: ±0.245094 ±0.756005 ±1.343909 ±2.151946          (distortion 0.034548)
 //   4-bit: ±0.128395 ±0.388048 ±0.656759 ±0.942340 ±1.256231 ±1.618046 ±2.069017 ±2.732590
 //                                                             (distortion 0.009501)
-// The engine contracts run on the real model: per-row cosine of decoded vs original K/V, top-1
-// agreement and KL against standard, memory against an f16 cache, save/load.
+// The engine runs on a synthetic model here (transform, chunk invariance, decode reference,
+// memory, errors, state files); the real-model contracts are in turbo_quant_real_model_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,6 +23,7 @@
 
 #include "kv/registry.h"
 #include "kv/standard.h"
+#include "kv/state_file.h"
 #include "kv/turbo_codec.h"
 #include "kv/turbo_quant.h"
 #include "model/model.h"
@@ -294,7 +295,11 @@ TEST(TurboQuantRegistry, AliasesBitsAndPresets) {
   bad("turbo-quant:bits=5", {"bits", "5", "3, 4"});
   bad("tq4:bits=2", {"bits", "3, 4"});
   bad("tq3:bits=4", {"tq3", "bits=3", "bits=4"});
-  bad("turbo-quant:window=8", {"window", "bits"});
+  bad("turbo-quant:window=8", {"window", "bits", "recent"});
+  EXPECT_EQ(parse_engine_spec("tq3:recent=0").to_string(), "turbo-quant:bits=3,recent=0");
+  EXPECT_EQ(parse_engine_spec("turbo-quant:recent=32").get_int("recent", 16), 32);
+  bad("turbo-quant:recent=-1", {"recent", ">= 0"});
+  bad("turbo-quant:recent=x", {"recent"});
   // A list: tq3 then standard.
   const auto list = parse_engine_list("tq3,standard;tq4");
   ASSERT_EQ(list.size(), 3u);
@@ -320,82 +325,183 @@ struct Fixture {
   std::shared_ptr<Forward> fwd;
 };
 
-TEST(TurboQuantEngine, PrefillMatchesStandardAndStoresTheCodecOfItsRows) {
-  // A single-chunk prefill attends to itself at full precision, so its logits are standard's
-  // (up to the rounding of attention taken in the rotated domain), and every stored row is the
-  // codec's round trip of standard's K/V for the same position (sliding layers: the window only).
+/// The key transform from its definition (turbo_quant.h), computed here from the model's weights
+/// and a standard forward of BOS: a_i = ((gq_i² + gq_j²) / (gk_i² + gk_j²))^(1/4), c = K[BOS].
+struct KeyTransform {
+  std::vector<std::vector<float>> a, c;
+};
+KeyTransform expected_transform(Fixture& fx) {
+  const auto& cfg = fx.model->config();
+  const int64_t d = cfg.head_dim, half = d / 2;
+  KeyTransform t;
+  for (int64_t li = 0; li < cfg.n_layers; ++li) {
+    const auto& w = fx.model->weights().layers[static_cast<size_t>(li)];
+    std::vector<float> a(static_cast<size_t>(d));
+    for (int64_t i = 0; i < d; ++i) {
+      const int64_t j = i < half ? i + half : i - half;
+      const double q2 = double(w.q_norm[i]) * w.q_norm[i] + double(w.q_norm[j]) * w.q_norm[j];
+      const double k2 = double(w.k_norm[i]) * w.k_norm[i] + double(w.k_norm[j]) * w.k_norm[j];
+      a[static_cast<size_t>(i)] = static_cast<float>(std::pow(q2 / k2, 0.25));
+    }
+    t.a.push_back(a);
+  }
+  KvCache cache(cfg);
+  std::vector<float> x(static_cast<size_t>(cfg.hidden));
+  const int32_t bos = 2;  // the synthetic vocabulary's <bos>
+  fx.fwd->forward(&bos, 1, cache, x.data());
+  for (int64_t li = 0; li < cfg.n_layers; ++li)
+    t.c.emplace_back(cache.layer(li).k_at(0), cache.layer(li).k_at(0) + cfg.kv_dim());
+  return t;
+}
+
+TEST(TurboQuantEngine, KeyTransformAndStoredRows) {
+  // The transform matches its definition; a stored K row is decode(encode((k − c) ⊙ a)) / a + c
+  // (built here from the public codec), a V row decode(encode(v)); layer 0's K/V (which depend
+  // on the embedding alone) are standard's, so its stored rows are their round trips. The BOS
+  // row's K is the centre itself and is stored exactly.
   Fixture fx;
   const auto& c = fx.model->config();
-  StandardEngine st(fx.fwd, 0);
-  const auto want = fx.logits(st.prefill(kSeq));
+  const KeyTransform want = expected_transform(fx);
   KvCache cache(c);
   std::vector<float> x(kSeq.size() * c.hidden);
   fx.fwd->forward(kSeq.data(), static_cast<int64_t>(kSeq.size()), cache, x.data());
   for (int bits : {3, 4}) {
-    TurboQuantEngine e(fx.fwd, bits);
-    EXPECT_LE(max_diff(want, fx.logits(e.prefill(kSeq))), 1e-4) << bits;
+    TurboQuantEngine e(fx.fwd, bits, 0);
+    for (int64_t li = 0; li < c.n_layers; ++li)
+      for (int64_t i = 0; i < c.head_dim; ++i) {
+        EXPECT_NEAR(e.key_scale(li)[i], want.a[li][i], 1e-5 * want.a[li][i]) << li << " " << i;
+        EXPECT_EQ(e.key_centre(li)[i], want.c[li][i]) << li << " " << i;
+      }
+    e.prefill(kSeq);
     const auto& codec = e.codec();
     std::vector<uint8_t> enc(codec.bytes_per_vector());
-    std::vector<float> dk(static_cast<size_t>(c.head_dim)), k, v;
+    std::vector<float> t(static_cast<size_t>(c.head_dim)), k, v, rt(static_cast<size_t>(c.kv_dim()));
+    int64_t first = -1;
+    e.decoded_rows(0, k, v, first);
+    const LayerConfig& lc = c.layers[0];
+    ASSERT_EQ(first, lc.sliding ? 12 - lc.window : 0);
+    for (int64_t p = first; p < 12; ++p) {
+      const float* ks = cache.layer(0).k_at(p);
+      const float* vs = cache.layer(0).v_at(p);
+      for (int64_t i = 0; i < c.head_dim; ++i) t[i] = (ks[i] - want.c[0][i]) * want.a[0][i];
+      codec.encode(t.data(), enc.data());
+      codec.decode(enc.data(), t.data());
+      const float* got = k.data() + (p - first) * c.kv_dim();
+      for (int64_t i = 0; i < c.head_dim; ++i)
+        ASSERT_NEAR(got[i], t[i] / want.a[0][i] + want.c[0][i], 1e-5) << "K pos " << p << " " << i;
+      codec.encode(vs, enc.data());
+      codec.decode(enc.data(), t.data());
+      for (int64_t i = 0; i < c.head_dim; ++i)
+        ASSERT_NEAR(v[(p - first) * c.kv_dim() + i], t[i], 1e-5) << "V pos " << p << " " << i;
+      e.round_trip(0, true, ks, rt.data());
+      for (int64_t i = 0; i < c.head_dim; ++i) ASSERT_NEAR(rt[i], got[i], 1e-6);
+    }
+    TurboQuantEngine b(fx.fwd, bits);  // BOS attends to itself exactly: its K is c at every layer
+    b.prefill({2, 100, 101});
     for (int64_t li = 0; li < c.n_layers; ++li) {
-      int64_t first = -1;
-      e.decoded_rows(li, k, v, first);
-      const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
-      EXPECT_EQ(first, lc.sliding ? 12 - lc.window : 0) << li;
-      ASSERT_EQ(static_cast<int64_t>(k.size()), (12 - first) * c.kv_dim());
-      for (int64_t p = first; p < 12; ++p)
-        for (int64_t h = 0; h < c.n_kv_heads; ++h)
-          for (int kind = 0; kind < 2; ++kind) {
-            const float* src = (kind == 0 ? cache.layer(li).k_at(p) : cache.layer(li).v_at(p)) + h * c.head_dim;
-            codec.encode(src, enc.data());
-            codec.decode(enc.data(), dk.data());
-            const float* got = (kind == 0 ? k.data() : v.data()) + ((p - first) * c.kv_dim() + h * c.head_dim);
-            for (int64_t i = 0; i < c.head_dim; ++i)
-              ASSERT_NEAR(got[i], dk[static_cast<size_t>(i)], 1e-5) << "layer " << li << " pos " << p << " " << kind;
-            EXPECT_GT(cosine(src, got, c.head_dim), bits == 4 ? 0.95 : 0.9);
-          }
+      b.decoded_rows(li, k, v, first);
+      ASSERT_EQ(first, 0);
+      for (int64_t i = 0; i < c.kv_dim(); ++i) EXPECT_NEAR(k[i], want.c[li][i], 1e-4 * (1 + std::abs(want.c[li][i]))) << li;
     }
   }
 }
 
-TEST(TurboQuantEngine, DecodeStepIsAttentionOverTheDecodedRows) {
-  // Reference built from Forward's primitives: each layer's new row attends (Forward::attend, in
-  // the original domain) to the codec round trip of every stored row plus its own exact K/V. The
-  // engine reads the codes directly in the rotated domain; only rounding may differ.
+TEST(TurboQuantEngine, ChunkingGivesIdenticalLogits) {
+  // A lossy engine quantises before it attends, in prefill as in decode: one prefill, a
+  // prefill of a prefix then decode steps, and decoding every token give the same logits bit
+  // for bit (bound 0), whatever the exact window. On the first codec a prefill attended to its
+  // own chunk exactly and decode to its own row only, so these differed.
+  SyntheticSpec s;
+  s.context_length = 64;
+  Fixture fx(s);
+  std::vector<int32_t> seq;
+  for (int i = 0; i < 40; ++i) seq.push_back(i == 0 ? 2 : 7 + (i * 37) % 250);
+  for (int bits : {3, 4})
+    for (int64_t recent : {int64_t{0}, int64_t{3}, int64_t{16}}) {
+      const std::string what = std::to_string(bits) + "-bit recent=" + std::to_string(recent);
+      TurboQuantEngine all(fx.fwd, bits, recent), part(fx.fwd, bits, recent), one(fx.fwd, bits, recent);
+      const auto whole = fx.logits(all.prefill(seq));
+      std::vector<std::vector<float>> stepped;
+      stepped.push_back(fx.logits(one.prefill({seq[0]})));
+      for (size_t t = 1; t < seq.size(); ++t) stepped.push_back(fx.logits(one.decode_step(seq[t])));
+      const size_t k = 17;
+      const auto first = fx.logits(part.prefill(std::vector<int32_t>(seq.begin(), seq.begin() + k)));
+      EXPECT_EQ(max_diff(first, stepped[k - 1]), 0.0) << what << " prefix";
+      for (size_t t = k; t < seq.size(); ++t)
+        ASSERT_EQ(max_diff(fx.logits(part.decode_step(seq[t])), stepped[t]), 0.0) << what << " position " << t;
+      EXPECT_EQ(max_diff(whole, stepped.back()), 0.0) << what << " whole";
+      std::vector<float> ka, va, kb, vb;
+      int64_t fa = 0, fb = 0;
+      for (int64_t li = 0; li < fx.model->config().n_layers; ++li) {
+        all.decoded_rows(li, ka, va, fa);
+        one.decoded_rows(li, kb, vb, fb);
+        EXPECT_EQ(fa, fb);
+        EXPECT_EQ(ka, kb) << what << " layer " << li;
+        EXPECT_EQ(va, vb) << what << " layer " << li;
+      }
+    }
+}
+
+TEST(TurboQuantEngine, DecodeStepIsAttentionOverDecodedAndRecentRows) {
+  // Reference from Forward's primitives, in the original domain: each layer's new row attends
+  // (Forward::attend) to the decoded rows older than the exact window, the window's exact rows
+  // and its own row — exact when recent > 0, its codec round trip when recent = 0.
   Fixture fx;
   const auto& c = fx.model->config();
-  for (int bits : {3, 4}) {
-    TurboQuantEngine e(fx.fwd, bits);
-    e.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 9));
-    for (int step = 0; step < 3; ++step) {
-      const int64_t pos = e.n_past();
-      std::vector<std::vector<float>> dk(c.n_layers), dv(c.n_layers);
-      std::vector<int64_t> first(c.n_layers);
-      for (int64_t li = 0; li < c.n_layers; ++li) e.decoded_rows(li, dk[li], dv[li], first[li]);
-      const int32_t tok = kSeq[static_cast<size_t>(9 + step)];
-      std::vector<float> x(c.hidden), q(c.q_dim()), k(c.kv_dim()), v(c.kv_dim()), attn(c.q_dim());
-      fx.fwd->embed(&tok, 1, x.data());
-      for (int64_t li = 0; li < c.n_layers; ++li) {
-        fx.fwd->qkv(li, x.data(), 1, pos, q.data(), k.data(), v.data());
-        std::vector<float> kk = dk[li], vv = dv[li];
-        kk.insert(kk.end(), k.begin(), k.end());
-        vv.insert(vv.end(), v.begin(), v.end());
-        const int64_t rows = static_cast<int64_t>(kk.size()) / c.kv_dim();
-        fx.fwd->attend(li, q.data(), 1, pos, KvSpan{kk.data(), vv.data(), first[li], rows}, attn.data());
-        fx.fwd->finish_layer(li, attn.data(), 1, x.data());
+  for (int bits : {3, 4})
+    for (int64_t recent : {int64_t{0}, int64_t{3}}) {
+      TurboQuantEngine e(fx.fwd, bits, recent);
+      e.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 9));
+      for (int step = 0; step < 3; ++step) {
+        const int64_t pos = e.n_past();
+        std::vector<std::vector<float>> dk(c.n_layers), dv(c.n_layers), ek(c.n_layers), ev(c.n_layers);
+        std::vector<int64_t> first(c.n_layers), efirst(c.n_layers);
+        for (int64_t li = 0; li < c.n_layers; ++li) {
+          e.decoded_rows(li, dk[li], dv[li], first[li]);
+          e.recent_rows(li, ek[li], ev[li], efirst[li]);
+        }
+        const int32_t tok = kSeq[static_cast<size_t>(9 + step)];
+        std::vector<float> x(c.hidden), q(c.q_dim()), k(c.kv_dim()), v(c.kv_dim()), attn(c.q_dim());
+        fx.fwd->embed(&tok, 1, x.data());
+        for (int64_t li = 0; li < c.n_layers; ++li) {
+          fx.fwd->qkv(li, x.data(), 1, pos, q.data(), k.data(), v.data());
+          const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+          const int64_t r = lc.sliding ? std::min(recent, lc.window) : recent;
+          // Rows first[li] .. pos-1: decoded below pos - r + 1, exact from there.
+          std::vector<float> kk, vv;
+          for (int64_t p = first[li]; p < pos; ++p) {
+            const bool exact = p >= pos - r + 1;
+            const auto& sk = exact ? ek[li] : dk[li];
+            const auto& sv = exact ? ev[li] : dv[li];
+            const int64_t row = exact ? p - efirst[li] : p - first[li];
+            ASSERT_GE(row, 0) << "layer " << li << " pos " << p;
+            kk.insert(kk.end(), sk.begin() + row * c.kv_dim(), sk.begin() + (row + 1) * c.kv_dim());
+            vv.insert(vv.end(), sv.begin() + row * c.kv_dim(), sv.begin() + (row + 1) * c.kv_dim());
+          }
+          std::vector<float> ko = k, vo = v;
+          if (r == 0) {
+            e.round_trip(li, true, k.data(), ko.data());
+            e.round_trip(li, false, v.data(), vo.data());
+          }
+          kk.insert(kk.end(), ko.begin(), ko.end());
+          vv.insert(vv.end(), vo.begin(), vo.end());
+          const int64_t rows = static_cast<int64_t>(kk.size()) / c.kv_dim();
+          fx.fwd->attend(li, q.data(), 1, pos, KvSpan{kk.data(), vv.data(), first[li], rows}, attn.data());
+          fx.fwd->finish_layer(li, attn.data(), 1, x.data());
+        }
+        const auto got = e.decode_step(tok);
+        EXPECT_LE(max_diff(fx.logits(x), fx.logits(got)), 1e-3) << bits << "-bit recent " << recent << " step " << step;
       }
-      const auto got = e.decode_step(tok);
-      EXPECT_LE(max_diff(fx.logits(x), fx.logits(got)), 1e-3) << bits << "-bit step " << step;
     }
-  }
 }
 
 TEST(TurboQuantEngine, DecodeAttendsToTheQuantisedRows) {
   // Decoding is deterministic (two engines agree exactly), differs from standard (the quantised
-  // history is really in the loop), and memory after prefill + decode equals one prefill's.
+  // history is really in the loop: an exact window of 2 rows on a 12-token sequence), and memory
+  // after prefill + decode equals one prefill's.
   Fixture fx;
   StandardEngine st(fx.fwd, 0);
-  TurboQuantEngine a(fx.fwd, 4), b(fx.fwd, 4), one(fx.fwd, 4);
+  TurboQuantEngine a(fx.fwd, 4, 2), b(fx.fwd, 4, 2), one(fx.fwd, 4, 2);
   st.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 3));
   a.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 3));
   b.prefill(std::vector<int32_t>(kSeq.begin(), kSeq.begin() + 3));
@@ -414,17 +520,21 @@ TEST(TurboQuantEngine, DecodeAttendsToTheQuantisedRows) {
 TEST(TurboQuantEngine, MemoryCountsLogicalRows) {
   Fixture fx;
   const auto& c = fx.model->config();  // 7 layers, 6 sliding (window 4), kv_dim 16, one kv head
-  for (int bits : {3, 4}) {
-    TurboQuantEngine e(fx.fwd, bits);
-    EXPECT_EQ(e.memory().hot_bytes, 0u);
-    e.prefill(kSeq);
-    const size_t per_vec = 4 + static_cast<size_t>(16 * bits / 8);  // 12 or 10 bytes
-    EXPECT_EQ(e.memory().hot_bytes, (6 * 4 + 12) * per_vec * 2) << bits;
-    EXPECT_EQ(e.memory().cold_bytes, 0u);
-    EXPECT_EQ(c.n_layers, 7);
-    e.prefill({2, 100});
-    EXPECT_EQ(e.memory().hot_bytes, 7 * 2 * per_vec * 2);
-  }
+  ASSERT_EQ(c.n_layers, 7);
+  for (int bits : {3, 4})
+    for (int64_t recent : {int64_t{0}, int64_t{3}, int64_t{16}}) {
+      TurboQuantEngine e(fx.fwd, bits, recent);
+      EXPECT_EQ(e.memory().hot_bytes, 0u);
+      e.prefill(kSeq);
+      const size_t per_vec = 4 + static_cast<size_t>(16 * bits / 8);  // 12 or 10 bytes
+      // Codes: 6 sliding layers × 4 rows + 12 rows; exact f32 rows: min(recent, 4) per sliding
+      // layer and min(recent, 12) on the global one, 16 floats each.
+      const size_t exact = static_cast<size_t>(6 * std::min<int64_t>(recent, 4) + std::min<int64_t>(recent, 12));
+      EXPECT_EQ(e.memory().hot_bytes, (6 * 4 + 12) * per_vec * 2 + exact * 16 * 4 * 2) << bits << " " << recent;
+      EXPECT_EQ(e.memory().cold_bytes, 0u);
+      e.prefill({2, 100});
+      EXPECT_EQ(e.memory().hot_bytes, 7 * 2 * per_vec * 2 + 7 * static_cast<size_t>(std::min<int64_t>(recent, 2)) * 16 * 4 * 2);
+    }
 }
 
 TEST(TurboQuantEngine, Errors) {
@@ -441,6 +551,7 @@ TEST(TurboQuantEngine, Errors) {
   e.decode_step(5);
   expect_error(ErrorKind::ContextOverflow, [&] { e.decode_step(5); });
   expect_error(ErrorKind::InvalidArgument, [&] { TurboQuantEngine bad(fx.fwd, 5); });
+  expect_error(ErrorKind::InvalidArgument, [&] { TurboQuantEngine bad(fx.fwd, 4, -1); });
   SyntheticSpec odd;
   odd.head_dim = 12;  // not a power of two: the rotation cannot serve it
   odd.hidden = 48;
@@ -451,6 +562,7 @@ TEST(TurboQuantEngine, Errors) {
   EXPECT_EQ(made->info().name, "turbo-quant");
   EXPECT_EQ(made->info().config, "bits=3");
   EXPECT_EQ(make_engine(parse_engine_spec("turbo-quant"), fx.fwd)->info().config, "bits=4");
+  EXPECT_EQ(make_engine(parse_engine_spec("tq4:recent=0"), fx.fwd)->info().config, "bits=4,recent=0");
 }
 
 TEST(TurboQuantEngine, SaveLoadContinuesAndRefusesForeignState) {
@@ -492,6 +604,18 @@ TEST(TurboQuantEngine, SaveLoadContinuesAndRefusesForeignState) {
   TurboQuantEngine x4(fx.fwd, 4);
   expect_error(ErrorKind::InvariantViolation, [&] { x4.load_state(other); }, "another model");
   expect_error(ErrorKind::InvariantViolation, [&] { x4.decode_step(5); }, "still unstarted");
+  // The first codec's payload (no version word: the bit width came first) and another exact
+  // window are refused by name.
+  {
+    StateWriter w(other, {"turbo-quant", "bits=4", fx.model->fingerprint(), 3, {}});
+    for (uint64_t v : {4, 16, 1}) w.u64(v);
+    w.close();
+    expect_error(ErrorKind::InvariantViolation, [&] { x4.load_state(other); }, "first codec's payload");
+    TurboQuantEngine r3(fx.fwd, 4, 3);
+    r3.prefill({2, 100, 101});
+    r3.save_state(other);
+    expect_error(ErrorKind::InvariantViolation, [&] { x4.load_state(other); }, "recent=3 into recent=16");
+  }
   // Truncated files are Format errors.
   std::vector<char> bytes;
   {
@@ -506,144 +630,6 @@ TEST(TurboQuantEngine, SaveLoadContinuesAndRefusesForeignState) {
   }
   std::filesystem::remove(path);
   std::filesystem::remove(other);
-}
-
-// ---------------------------------------------------------------- real model contracts
-
-const char* kText =
-    "The history of the lighthouse begins in the ancient world, when fires were lit on hilltops to guide "
-    "sailors home. The most famous of these was the Pharos of Alexandria, built in the third century BC on "
-    "a small island at the entrance of the harbour. It stood for more than a thousand years before a series "
-    "of earthquakes brought it down. Later towers in Europe were simple stone columns with a coal fire at "
-    "the top, and keepers spent their nights carrying fuel up narrow stairs. In the eighteenth century, "
-    "oil lamps with reflectors replaced open fires, and in 1822 Augustin Fresnel designed a lens made of "
-    "concentric rings of glass that could throw a beam of light more than twenty miles out to sea. Keepers "
-    "lived with their families in small cottages beside the tower, recording the weather, trimming the wicks "
-    "and polishing the brass. Storms could cut them off from the mainland for weeks. Today most lighthouses "
-    "are automated, their lamps switched by sensors and their lenses turned by electric motors, but many "
-    "still stand as museums where visitors climb the spiral stairs and look out over the water. When the "
-    "fog rolls in, the old horns still sound along some coasts, a reminder of the people who kept the lights";
-
-TEST(TurboQuantRealModel, PerRowCosineOfDecodedKV) {
-  LARQL_REQUIRE_MODEL(path);
-  auto model = Model::load(path);
-  auto fwd = std::make_shared<Forward>(model, 2);
-  const auto& c = model->config();
-  const auto tok = Tokenizer::from_gguf(model->file());
-  const auto ids = tok.encode(kText, true, false);
-  ASSERT_GE(ids.size(), 200u);
-  KvCache cache(c);  // standard's K/V for this prompt
-  std::vector<float> x(ids.size() * c.hidden);
-  fwd->forward(ids.data(), static_cast<int64_t>(ids.size()), cache, x.data());
-  for (int bits : {3, 4}) {
-    const turbo::Codec codec(c.head_dim, bits);
-    std::vector<uint8_t> enc(codec.bytes_per_vector());
-    std::vector<float> dec(static_cast<size_t>(c.head_dim));
-    for (int kind = 0; kind < 2; ++kind) {
-      std::vector<double> cos;
-      for (int64_t li = 0; li < c.n_layers; ++li) {
-        const LayerKv& l = cache.layer(li);
-        for (int64_t p = l.first_pos(); p < l.end_pos(); ++p)
-          for (int64_t h = 0; h < c.n_kv_heads; ++h) {
-            const float* row = (kind == 0 ? l.k_at(p) : l.v_at(p)) + h * c.head_dim;
-            codec.encode(row, enc.data());
-            codec.decode(enc.data(), dec.data());
-            cos.push_back(cosine(row, dec.data(), c.head_dim));
-          }
-      }
-      std::sort(cos.begin(), cos.end());
-      double mean = 0;
-      for (double v : cos) mean += v / cos.size();
-      std::printf("[turbo] real %s, %d-bit: %zu rows (%zu tokens x %lld layers), cosine mean %.5f, p1 %.5f, min %.5f\n",
-                  kind == 0 ? "K" : "V", bits, cos.size(), ids.size(), static_cast<long long>(c.n_layers), mean,
-                  cos[cos.size() / 100], cos.front());
-      // 4-bit: the contract holds for every row. 3-bit: it holds for the mean row; single rows
-      // dip to ~0.97 — the Gaussian Lloyd-Max bound for the mean row is 0.983 (distortion
-      // 0.0345), and a row's error is an average of head_dim coordinate errors that scatters
-      // around that mean, so a per-row 0.98 is out of reach for any 3-bit scalar codebook.
-      const char* what = kind == 0 ? "K" : "V";
-      EXPECT_GE(mean, bits == 4 ? 0.99 : 0.98) << what << " " << bits << "-bit mean";
-      EXPECT_GE(cos.front(), bits == 4 ? 0.99 : 0.965) << what << " " << bits << "-bit min";
-    }
-  }
-}
-
-TEST(TurboQuantRealModel, AgreementWithStandardMemoryAndSaveLoad) {
-  LARQL_REQUIRE_MODEL(path);
-  auto model = Model::load(path);
-  auto fwd = std::make_shared<Forward>(model, 2);
-  const auto& c = model->config();
-  const auto tok = Tokenizer::from_gguf(model->file());
-  auto ids = tok.encode(kText, true, false);
-  ids.resize(200);
-  const int steps = 64;
-  std::vector<float> lg(static_cast<size_t>(c.vocab));
-  auto logits = [&](const std::vector<float>& h) {
-    fwd->logits(h.data(), 1, lg.data());
-    return lg;
-  };
-  // Standard, greedy: the reference logits and the token stream both engines are fed.
-  StandardEngine st(fwd, 0);
-  std::vector<std::vector<float>> ref;
-  std::vector<int32_t> fed;
-  ref.push_back(logits(st.prefill(ids)));
-  for (int s = 0; s < steps; ++s) {
-    fed.push_back(static_cast<int32_t>(testing::argmax(ref.back())));
-    ref.push_back(logits(st.decode_step(fed.back())));
-  }
-  const std::string state = temp_path("real.state");
-  for (int bits : {4, 3}) {
-    TurboQuantEngine tq(fwd, bits);
-    double kl_sum = 0, kl_max = 0;
-    int agree = 0;
-    auto score = [&](size_t i, const std::vector<float>& l) {
-      const double k = testing::kl_logits(ref[i], l);
-      kl_sum += k;
-      kl_max = std::max(kl_max, k);
-      agree += testing::argmax(l) == testing::argmax(ref[i]);
-    };
-    score(0, logits(tq.prefill(ids)));
-    std::vector<float> saved_next;
-    const int my_steps = bits == 4 ? steps : steps / 2;  // 3-bit: reported on 32 steps (time)
-    for (int s = 0; s < my_steps; ++s) {
-      if (s == my_steps - 4) tq.save_state(state);
-      const auto l = logits(tq.decode_step(fed[static_cast<size_t>(s)]));
-      if (s == my_steps - 4) saved_next = l;
-      score(static_cast<size_t>(s) + 1, l);
-    }
-    const int n = my_steps + 1;
-    const EngineMemory m = tq.memory();
-    // f16 bytes of the same rows: rows × kv_dim × 2 bytes × (K and V).
-    int64_t rows = 0;
-    for (int64_t li = 0; li < c.n_layers; ++li) {
-      std::vector<float> k, v;
-      int64_t first = 0;
-      tq.decoded_rows(li, k, v, first);
-      rows += static_cast<int64_t>(k.size()) / c.kv_dim();
-      const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
-      EXPECT_EQ(static_cast<int64_t>(k.size()) / c.kv_dim(), lc.sliding ? std::min<int64_t>(lc.window, tq.n_past()) : tq.n_past());
-    }
-    const double f16 = static_cast<double>(rows * c.kv_dim() * 2 * 2);
-    std::printf("[turbo] real model, %d-bit, %zu-token prompt + %d greedy steps: top-1 agreement %d/%d = %.3f, "
-                "mean KL %.5f nats, max KL %.5f; K/V bytes %zu = %.4f x f16 (%.0f bytes)\n",
-                bits, ids.size(), my_steps, agree, n, double(agree) / n, kl_sum / n, kl_max, m.hot_bytes, m.hot_bytes / f16, f16);
-    EXPECT_EQ(m.hot_bytes, static_cast<size_t>(rows) * c.n_kv_heads * tq.codec().bytes_per_vector() * 2);
-    if (bits == 4) {
-      EXPECT_GE(double(agree) / n, 0.8);
-      EXPECT_LE(kl_sum / n, 0.1);
-      EXPECT_LE(m.hot_bytes, 0.3 * f16);
-    } else {
-      EXPECT_GE(double(agree) / n, 0.6);
-      EXPECT_LE(m.hot_bytes, 0.25 * f16);
-    }
-    // Save/load: a fresh engine continues with the same logits as never having stopped.
-    TurboQuantEngine back(fwd, bits);
-    back.load_state(state);
-    EXPECT_EQ(back.n_past(), static_cast<int64_t>(ids.size()) + my_steps - 4);
-    EXPECT_EQ(max_diff(logits(back.decode_step(fed[static_cast<size_t>(my_steps - 4)])), saved_next), 0.0);
-    std::printf("[turbo] %d-bit state file: %ju bytes\n", bits, static_cast<uintmax_t>(std::filesystem::file_size(state)));
-  }
-  std::filesystem::remove(state);
 }
 
 }  // namespace
