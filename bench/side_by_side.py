@@ -129,7 +129,8 @@ def llama_worker(args) -> None:
     res.update({"threads": args.threads, "load_s": load_s,
                 "llama_cpp_python": getattr(llama_cpp, "__version__", "?"),
                 "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
-                "warmup": bool(args.warmup), "prompt_source": str(text_path)})
+                "warmup": bool(args.warmup), "prompt_source": str(text_path),
+                "extra_bufts": peer.EXTRA_BUFTS_DEFAULT})
     print(json.dumps(res))
 
 
@@ -212,6 +213,8 @@ def main() -> int:
     print(f"model   : {args.model}")
     print(f"setup   : {args.threads} threads, {args.prompt_tokens}-token prompt, "
           f"{args.decode_tokens} decode tokens")
+    if ll and "extra_bufts" in ll and not ll["extra_bufts"]:
+        print("llama.cpp: extra buffer types off (AMX CPU: its AMX matmul crashes; see tests/python/peer.py)")
     print()
     print(f"| {'':10} | {'prefill tok/s':>13} | {'decode tok/s':>12} | {'peak RSS MiB':>12} |")
     print(f"|{'-' * 12}|{'-' * 15}|{'-' * 14}|{'-' * 14}|")

@@ -53,11 +53,9 @@ void softmax(float* x, int64_t n) {
   if (n <= 0) return;
   float m = x[0];
   for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  simd_kernels().exp_shifted(x, m, x, n);
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - m);
-    sum += x[i];
-  }
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
@@ -68,76 +66,117 @@ float gelu_tanh(float x) {
 }
 
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+  simd_kernels().gelu_tanh_mul(gate, up, out, n);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) { simd_kernels().axpy(a, x, y, n); }
 float dot_f32(const float* x, const float* y, int64_t n) { return simd_kernels().dot(x, y, n); }
 
-void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tokens, float* y) {
-  const DType act_type = quant::vec_dot_type(w.type);
-  const int64_t cols = w.cols;
-  const void* act = x;
-  size_t act_row_bytes = static_cast<size_t>(cols) * sizeof(float);
-  std::vector<uint8_t> qbuf;
-  if (act_type != DType::F32) {
-    const auto rb = row_bytes(act_type, static_cast<uint64_t>(cols));
-    if (!rb) {
-      throw Error(ErrorKind::Unsupported, std::string("matmul: row length ") + std::to_string(cols) +
-                                              " is not a multiple of the " + dtype_name(act_type) +
-                                              " block size");
-    }
-    act_row_bytes = *rb;
-    qbuf.resize(act_row_bytes * static_cast<size_t>(n_tokens));
-    for (int64_t t = 0; t < n_tokens; ++t)
-      quant::quantize_row(act_type, x + t * cols, qbuf.data() + t * act_row_bytes, cols);
-    act = qbuf.data();
+void Activations::reset(const float* x, int64_t n, int64_t cols) {
+  x_ = x;
+  n_ = n;
+  cols_ = cols;
+  q8_0_.ready = false;
+  q8_k_.ready = false;
+}
+
+const quant::GemmActs& Activations::quantised(ThreadPool& pool, DType type) {
+  Slot& s = type == DType::Q8_0 ? q8_0_ : q8_k_;
+  if (s.ready) return s.acts;
+  const auto rb = row_bytes(type, static_cast<uint64_t>(cols_));
+  if (!rb || (type != DType::Q8_0 && type != DType::Q8_K))
+    throw Error(ErrorKind::Unsupported, std::string("matmul: row length ") + std::to_string(cols_) +
+                                            " is not a multiple of the " + dtype_name(type) + " block size");
+  const size_t row_bytes = *rb;
+  s.rows.resize(row_bytes * static_cast<size_t>(n_));
+  quant::GemmActs& a = s.acts;
+  a = quant::GemmActs{type, cols_, n_, s.rows.data(), row_bytes, nullptr, nullptr};
+  const bool extras = type == DType::Q8_0;
+  const int64_t nb = cols_ / 32;
+  if (extras) {
+    s.scale.resize(static_cast<size_t>(n_ * nb));
+    s.sum.resize(static_cast<size_t>(n_ * nb));
   }
-  const uint8_t* a = static_cast<const uint8_t*>(act);
+  auto work = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      quant::quantize_row(type, x_ + t * cols_, s.rows.data() + static_cast<size_t>(t) * row_bytes, cols_);
+    if (extras) {
+      quant::GemmActs part = a;
+      part.rows = a.rows + static_cast<size_t>(t0) * row_bytes;
+      part.n = t1 - t0;
+      quant::prepare_gemm_acts(part, s.scale.data() + t0 * nb, s.sum.data() + t0 * nb);
+    }
+  };
+  // Quantising is cheap per row: split only batches worth a thread meeting.
+  if (n_ >= 8) {
+    pool.parallel_for(n_, work);
+  } else {
+    work(0, n_);
+  }
+  if (extras) {
+    a.scale = s.scale.data();
+    a.sum = s.sum.data();
+  }
+  s.ready = true;
+  return a;
+}
+
+namespace {
+
+// Tokens from which the tiled kernels beat one row kernel call per (row, token).
+constexpr int64_t kGemmMinTokens = 4;
+
+// One row kernel call per (row, token): decode, short batches and types without a tiled kernel.
+void matmul_rows(ThreadPool& pool, const TensorView& w, const uint8_t* act, size_t act_row_bytes,
+                 int64_t n_tokens, float* y) {
   // Tile: a block of weight rows stays in L1 while every token's activation streams past it.
   constexpr int64_t kRowTile = 16;
-  // Prefill: 4/5-bit rows are re-encoded losslessly as Q8_0 once per tile and reused for every
-  // token (the Q8_0 kernel is much faster than unpacking nibbles per token).
-  constexpr int64_t kRepackMinTokens = 4;
-  const bool repack = n_tokens >= kRepackMinTokens && (w.type == DType::Q4_0 || w.type == DType::Q5_0);
-  const quant::VecDotFn dot = quant::vec_dot_fn(repack ? DType::Q8_0 : w.type);
-  const quant::VecDot4Fn dot4 = quant::vec_dot4_fn(repack ? DType::Q8_0 : w.type);
-  const size_t q8_row_bytes = repack ? *row_bytes(DType::Q8_0, static_cast<uint64_t>(cols)) : 0;
-  const int64_t rows = w.rows;
+  const quant::VecDotFn dot = quant::vec_dot_fn(w.type);
+  const int64_t rows = w.rows, cols = w.cols;
   pool.parallel_for(
       rows,
       [&](int64_t r0, int64_t r1) {
-        thread_local std::vector<uint8_t> tile;
-        if (repack && tile.size() < q8_row_bytes * kRowTile) tile.resize(q8_row_bytes * kRowTile);
         for (int64_t rb = r0; rb < r1; rb += kRowTile) {
           const int64_t re = std::min(r1, rb + kRowTile);
-          if (repack)
-            for (int64_t r = rb; r < re; ++r)
-              quant::repack_to_q8_0(w.type, w.row(r), tile.data() + (r - rb) * q8_row_bytes, cols);
-          int64_t t = 0;
-          if (dot4 != nullptr) {
-            float o[4];
-            for (; t + 4 <= n_tokens; t += 4) {
-              const void* at4[4];
-              for (int k = 0; k < 4; ++k) at4[k] = a + static_cast<size_t>(t + k) * act_row_bytes;
-              for (int64_t r = rb; r < re; ++r) {
-                dot4(cols, repack ? tile.data() + (r - rb) * q8_row_bytes : w.row(r), at4, o);
-                for (int k = 0; k < 4; ++k) y[(t + k) * rows + r] = o[k];
-              }
-            }
-          }
-          for (; t < n_tokens; ++t) {
-            const uint8_t* at = a + static_cast<size_t>(t) * act_row_bytes;
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            const uint8_t* at = act + static_cast<size_t>(t) * act_row_bytes;
             float* yt = y + t * rows;
-            if (repack) {
-              for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, tile.data() + (r - rb) * q8_row_bytes, at);
-            } else {
-              for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, w.row(r), at);
-            }
+            for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, w.row(r), at);
           }
         }
       },
       kRowTile);
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const TensorView& w, Activations& x, float* y) {
+  const DType act_type = quant::vec_dot_type(w.type);
+  const int64_t n_tokens = x.n(), rows = w.rows, cols = w.cols;
+  if (x.cols() != cols)
+    throw Error(ErrorKind::InvalidArgument, "matmul: activation rows have " + std::to_string(x.cols()) +
+                                                " columns, the weight has " + std::to_string(cols));
+  if (act_type == DType::F32) {
+    matmul_rows(pool, w, reinterpret_cast<const uint8_t*>(x.x()), static_cast<size_t>(cols) * sizeof(float),
+                n_tokens, y);
+    return;
+  }
+  const quant::GemmActs& a = x.quantised(pool, act_type);
+  if (n_tokens >= kGemmMinTokens && quant::gemm_supported(w.type)) {
+    const int64_t panels = (rows + quant::kGemmRows - 1) / quant::kGemmRows;
+    pool.parallel_for(panels, [&](int64_t p0, int64_t p1) {
+      quant::gemm(w.type, cols, w.data, w.row_bytes, p0 * quant::kGemmRows,
+                  std::min(rows, p1 * quant::kGemmRows), a, y, rows);
+    });
+    return;
+  }
+  matmul_rows(pool, w, a.rows, a.row_bytes, n_tokens, y);
+}
+
+void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tokens, float* y) {
+  Activations a;
+  a.reset(x, n_tokens, w.cols);
+  matmul(pool, w, a, y);
 }
 
 }  // namespace larql::compute

@@ -1,6 +1,8 @@
 // AVX2+FMA f32 kernels; only called when CPUID reports AVX2 (see simd.cc).
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "compute/simd.h"
 
 namespace larql::compute {
@@ -31,7 +33,66 @@ float dot_avx2(const float* x, const float* y, int64_t n) {
   return s;
 }
 
-const SimdKernels kAvx2{axpy_avx2, dot_avx2};
+// Cephes expf (S. L. Moshier, cephes/single/expf.c): exp(x) = 2^n exp(r), n = round(x log2 e),
+// r = x - n ln 2 with ln 2 in two parts, exp(r) by a degree-7 polynomial. ~1 ulp on the range.
+// Results: 0 below about -87.3 (no denormals), +inf above 88.
+inline __m256 exp256(__m256 x_in) {
+  const __m256 hi = _mm256_set1_ps(88.0f);
+  const __m256 x = _mm256_min_ps(_mm256_max_ps(x_in, _mm256_set1_ps(-88.0f)), hi);
+  const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_blendv_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), _mm256_set1_ps(INFINITY),
+                          _mm256_cmp_ps(x_in, hi, _CMP_GT_OQ));
+}
+
+// Runs f on 8 lanes at a time; the tail goes through an 8-lane buffer so that every element
+// sees exactly the same instructions wherever it sits.
+template <typename F>
+inline void map8(int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) f(i, 8);
+  if (i < n) f(i, static_cast<int>(n - i));
+}
+inline __m256 load_part(const float* p, int k) {
+  if (k == 8) return _mm256_loadu_ps(p);
+  alignas(32) float b[8] = {};
+  for (int j = 0; j < k; ++j) b[j] = p[j];
+  return _mm256_load_ps(b);
+}
+inline void store_part(float* p, __m256 v, int k) {
+  if (k == 8) return _mm256_storeu_ps(p, v);
+  alignas(32) float b[8];
+  _mm256_store_ps(b, v);
+  for (int j = 0; j < k; ++j) p[j] = b[j];
+}
+
+void exp_shifted_avx2(const float* x, float shift, float* y, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  map8(n, [&](int64_t i, int k) { store_part(y + i, exp256(_mm256_sub_ps(load_part(x + i, k), s)), k); });
+}
+
+void gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  const __m256 c = _mm256_set1_ps(-2.0f * 0.7978845608028654f), a = _mm256_set1_ps(0.044715f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  map8(n, [&](int64_t i, int k) {
+    const __m256 x = load_part(gate + i, k);
+    // -2u = -2 sqrt(2/pi) (x + 0.044715 x^3)
+    const __m256 m2u = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(a, x), _mm256_mul_ps(x, x), x));
+    const __m256 g = _mm256_div_ps(x, _mm256_add_ps(one, exp256(m2u)));
+    store_part(out + i, _mm256_mul_ps(g, load_part(up + i, k)), k);
+  });
+}
+
+const SimdKernels kAvx2{axpy_avx2, dot_avx2, exp_shifted_avx2, gelu_tanh_mul_avx2};
 
 }  // namespace
 

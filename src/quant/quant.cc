@@ -148,11 +148,6 @@ VecDotFn vec_dot_fn(DType w, Isa isa) {
 
 VecDotFn vec_dot_fn(DType w) { return vec_dot_fn(w, active_isa()); }
 
-VecDot4Fn vec_dot4_fn(DType w) {
-  if (w == DType::Q8_0 && active_isa() >= Isa::AVX2) return detail::avx2_dot4_q8_0();
-  return nullptr;
-}
-
 float vec_dot(DType w, int64_t n, const void* w_row, const void* act) {
   const VecDotFn f = vec_dot_fn(w);
   check_row("vec_dot", w, n);

@@ -165,20 +165,57 @@ def import_llama_cpp():
     return llama_cpp
 
 
+def cpu_has_amx() -> bool:
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+# llama.cpp's AMX matmul (ggml_backend_amx_mul_mat in the llama-cpp-python 0.3.36 build) crashes
+# with SIGSEGV on any batch of more than one token on an AMX machine (seen on a Xeon with
+# amx_tile/amx_int8, where the kernel does grant AMX tile permission), so there the peer runs
+# without llama.cpp's extra buffer types (AMX and its weight repacking): its plain CPU kernels.
+EXTRA_BUFTS_DEFAULT = not cpu_has_amx()
+
+
 def load_llama(n_ctx: int = 2048, logits_all: bool = False, model: Path | None = None,
-               threads: int = THREADS, n_batch: int = 512, kv_f32: bool = False):
+               threads: int = THREADS, n_batch: int = 512, kv_f32: bool = False,
+               extra_bufts: bool | None = None):
     """A llama.cpp context on the model. With logits_all=True `llm.scores` is [n_ctx, vocab] f32
     (allocated lazily by numpy, touched only for evaluated rows).
 
     kv_f32=False (the default) is *the peer*: llama.cpp's defaults, K/V cache in f16.
     kv_f32=True stores K/V in f32 (type_k = type_v = GGML_TYPE_F32 = 0), everything else equal:
     an equally valid llama.cpp whose distance from the peer is the numerical noise floor the
-    parity bars are measured against (flash_attn stays at its default, off)."""
+    parity bars are measured against (flash_attn stays at its default, off).
+
+    extra_bufts: llama.cpp's `use_extra_bufts` (AMX / repacked weight layouts); None =
+    EXTRA_BUFTS_DEFAULT (off on AMX machines, see above)."""
     llama_cpp = import_llama_cpp()
+    import llama_cpp.llama as llama_mod
     kv = {}
     if kv_f32:
         f32 = int(getattr(llama_cpp, "GGML_TYPE_F32", 0))
         kv = {"type_k": f32, "type_v": f32}
+    if extra_bufts is None:
+        extra_bufts = EXTRA_BUFTS_DEFAULT
+    # Llama() takes no use_extra_bufts argument: patch the default model params it starts from.
+    orig_defaults = llama_mod.llama_cpp.llama_model_default_params
+
+    def defaults():
+        p = orig_defaults()
+        p.use_extra_bufts = bool(extra_bufts)
+        return p
+
+    llama_mod.llama_cpp.llama_model_default_params = defaults
+    try:
+        return _new_llama(llama_cpp, kv, n_ctx, n_batch, threads, logits_all, model)
+    finally:
+        llama_mod.llama_cpp.llama_model_default_params = orig_defaults
+
+
+def _new_llama(llama_cpp, kv, n_ctx, n_batch, threads, logits_all, model):
     return llama_cpp.Llama(
         **kv,
         model_path=str(model or model_path()),

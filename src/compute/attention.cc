@@ -1,0 +1,39 @@
+#include "compute/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compute/ops.h"
+#include "compute/simd.h"
+
+namespace larql::compute {
+
+namespace detail {
+// attention_avx2.cc; only called when the AVX2 table is active and head_dim % 16 == 0.
+void attend_group_avx2(const float* q, int64_t n_q, const float* k, const float* v, int64_t m, int64_t stride,
+                       int64_t head_dim, float scale, float cap, float* scores, float* out);
+}  // namespace detail
+
+void attend_group(const float* q, int64_t n_q, const float* k, const float* v, int64_t m, int64_t stride,
+                  int64_t head_dim, float scale, float cap, float* scores, float* out) {
+  if (&simd_kernels() == simd_kernels_avx2() && head_dim % 16 == 0) {
+    detail::attend_group_avx2(q, n_q, k, v, m, stride, head_dim, scale, cap, scores, out);
+    return;
+  }
+  // Generic: the same arithmetic through dot_f32 / axpy, one head at a time.
+  for (int64_t h = 0; h < n_q; ++h) {
+    const float* qh = q + h * head_dim;
+    float* sh = scores + h * m;
+    for (int64_t j = 0; j < m; ++j) {
+      float s = dot_f32(qh, k + j * stride, head_dim) * scale;
+      if (cap > 0) s = cap * std::tanh(s / cap);
+      sh[j] = s;
+    }
+    softmax(sh, m);
+    float* o = out + h * head_dim;
+    std::fill(o, o + head_dim, 0.0f);
+    for (int64_t j = 0; j < m; ++j) axpy(sh[j], v + j * stride, o, head_dim);
+  }
+}
+
+}  // namespace larql::compute
