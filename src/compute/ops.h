@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "compute/tensor.h"
@@ -22,7 +23,8 @@ void rmsnorm_rows(float* x, const float* w, int64_t rows, int64_t n, float eps);
 /// as in Su et al. 2021 "RoFormer" and HF's rotate_half. Applied in place to `n_heads` heads of
 /// `head_dim` values at absolute position `pos`.
 /// theta_i = (pos * freq_scale) * base^(-2i/head_dim); freq_scale = 1/factor for linear scaling.
-/// Angles are computed in double, then rounded to float.
+/// Angles are computed in double, then rounded to float; positions below 8192 are served from a
+/// per-thread table of those same values (filled once per base, scale and head_dim).
 void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base,
                double freq_scale);
 
@@ -83,5 +85,15 @@ class Activations {
 void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tokens, float* y);
 /// As above, for activations shared between several weights (quantised once).
 void matmul(ThreadPool& pool, const TensorView& w, Activations& x, float* y);
+
+/// One weight of matmul_many and where its output goes ([x.n(), w.rows]).
+struct MatmulOut {
+  const TensorView& w;
+  float* y;
+};
+/// Several weights reading the same input (q/k/v; gate/up) in one pass over the pool: one thread
+/// meeting instead of one per weight; every output exactly as matmul() gives it. At most 8.
+/// Errors: as matmul, raised before any work starts.
+void matmul_many(ThreadPool& pool, Activations& x, std::initializer_list<MatmulOut> outs);
 
 }  // namespace larql::compute

@@ -33,7 +33,17 @@ void gelu_tanh_mul_scalar(const float* gate, const float* up, float* out, int64_
   }
 }
 
-const SimdKernels kScalar{axpy_scalar, dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar};
+double sum_squares_scalar(const float* x, int64_t n) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
+}
+void scale_mul_scalar(const float* x, float s, const float* w, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s * w[i];
+}
+
+const SimdKernels kScalar{axpy_scalar, dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar, sum_squares_scalar,
+                          scale_mul_scalar};
 
 }  // namespace
 

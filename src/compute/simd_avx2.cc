@@ -92,7 +92,35 @@ void gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t 
   });
 }
 
-const SimdKernels kAvx2{axpy_avx2, dot_avx2, exp_shifted_avx2, gelu_tanh_mul_avx2};
+// Four double accumulators of 4 lanes over 16 floats, then a fixed pairwise sum; scalar tail.
+double sum_squares_avx2(const float* x, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), a2 = _mm256_setzero_pd(), a3 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    const __m256d x2 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 8)), x3 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 12));
+    a0 = _mm256_fmadd_pd(x0, x0, a0);
+    a1 = _mm256_fmadd_pd(x1, x1, a1);
+    a2 = _mm256_fmadd_pd(x2, x2, a2);
+    a3 = _mm256_fmadd_pd(x3, x3, a3);
+  }
+  const __m256d a = _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3));
+  __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  double s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+void scale_mul_avx2(const float* x, float s, const float* w, float* y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+  for (; i < n; ++i) y[i] = x[i] * s * w[i];
+}
+
+const SimdKernels kAvx2{axpy_avx2,          dot_avx2,         exp_shifted_avx2, gelu_tanh_mul_avx2,
+                        sum_squares_avx2,   scale_mul_avx2};
 
 }  // namespace
 

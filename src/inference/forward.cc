@@ -49,12 +49,15 @@ const float* Forward::attn_input(int64_t li, const float* x, int64_t n) {
   return h.data();
 }
 
-void Forward::project_kv(int64_t li, int64_t n, int64_t pos0, float* k, float* v) {
+void Forward::project_kv(int64_t li, int64_t n, int64_t pos0, float* q, float* k, float* v) {
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
-  compute::matmul(pool_, w.wk, acts_, k);
-  compute::matmul(pool_, w.wv, acts_, v);
+  if (q != nullptr) {
+    compute::matmul_many(pool_, acts_, {{w.wq, q}, {w.wk, k}, {w.wv, v}});
+  } else {
+    compute::matmul_many(pool_, acts_, {{w.wk, k}, {w.wv, v}});
+  }
   for (int64_t t = 0; t < n; ++t) {
     float* kt = k + t * c.kv_dim();
     if (c.qk_norm) compute::rmsnorm_rows(kt, w.k_norm.data(), c.n_kv_heads, c.head_dim, c.norm_eps);
@@ -68,8 +71,7 @@ void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q,
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
   acts_.reset(attn_input(li, x, n), n, c.hidden);
-  compute::matmul(pool_, w.wq, acts_, q);
-  project_kv(li, n, pos0, k, v);
+  project_kv(li, n, pos0, q, k, v);
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q + t * c.q_dim();
     if (c.qk_norm) compute::rmsnorm_rows(qt, w.q_norm.data(), c.n_heads, c.head_dim, c.norm_eps);
@@ -80,7 +82,7 @@ void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q,
 void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v) {
   const profile::Scope prof(profile::Stage::Qkv);
   acts_.reset(attn_input(li, x, n), n, config().hidden);
-  project_kv(li, n, pos0, k, v);
+  project_kv(li, n, pos0, nullptr, k, v);
 }
 
 void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out) {
@@ -140,8 +142,7 @@ void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
   auto& gate = buf(kGate, static_cast<size_t>(n * c.ffn));
   auto& up = buf(kUp, static_cast<size_t>(n * c.ffn));
   acts_.reset(h.data(), n, H);
-  compute::matmul(pool_, w.w_gate, acts_, gate.data());
-  compute::matmul(pool_, w.w_up, acts_, up.data());
+  compute::matmul_many(pool_, acts_, {{w.w_gate, gate.data()}, {w.w_up, up.data()}});
   if (c.activation == Activation::GeluTanh) {
     compute::gelu_tanh_mul(gate.data(), up.data(), gate.data(), n * c.ffn);
   } else {

@@ -86,8 +86,9 @@ class Forward {
   std::vector<float>& buf(int idx, size_t n);
   /// attn_norm(x) for n rows, into scratch; valid until the next call.
   const float* attn_input(int64_t layer, const float* x, int64_t n);
-  /// k, v [n, kv_dim] from the normed rows in acts_: projections, k-norm, RoPE.
-  void project_kv(int64_t layer, int64_t n, int64_t pos0, float* k, float* v);
+  /// k, v [n, kv_dim] from the normed rows in acts_: projections, k-norm, RoPE. With q set, also
+  /// q's projection [n, q_dim] (in the same pass over the pool; q-norm and RoPE are the caller's).
+  void project_kv(int64_t layer, int64_t n, int64_t pos0, float* q, float* k, float* v);
 
   std::shared_ptr<const Model> model_;
   ThreadPool pool_;

@@ -41,5 +41,7 @@ DequantFn ref_dequant_fn(DType t);  ///< nullptr if unsupported
 /// Scalar quantisers (quantize_ref.cc). n is a multiple of the block size.
 using QuantFn = void (*)(const float* src, void* dst, int64_t n);
 QuantFn ref_quant_fn(DType t);  ///< nullptr if unsupported
+/// AVX2 activation quantisers (Q8_0, Q8_K; nullptr otherwise), bit-identical to the reference.
+QuantFn avx2_quant_fn(DType t);
 
 }  // namespace larql::quant::detail

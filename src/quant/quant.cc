@@ -129,7 +129,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
 }
 
 void quantize_row(DType t, const float* src, void* dst, int64_t n) {
-  const auto fn = detail::ref_quant_fn(t);
+  detail::QuantFn fn = active_isa() >= Isa::AVX2 ? detail::avx2_quant_fn(t) : nullptr;
+  if (!fn) fn = detail::ref_quant_fn(t);
   if (!fn)
     throw Error(ErrorKind::Unsupported,
                 "quantize_row: no quantiser for dtype " + type_label(t));
