@@ -4,6 +4,7 @@
 //                                GOP/s counts 2 ops per multiply-add.
 //   RowDot/<type>                decode's row kernel over a matrix larger than the last-level
 //                                cache (the lm_head case): GB/s of weights read.
+//   Gemv/<type>/<avx2>           the same through quant::gemv (decode's path in matmul).
 //   ReadBandwidth                plain streaming read of the same size: the decode roofline.
 //   Int8Peak/<isa>               a register-only chain of int8 dot instructions: the int8 peak.
 //   Attention/<keys>             compute::attend_group, 4 heads of 256 over `keys` K/V rows.
@@ -114,6 +115,41 @@ void BM_RowDot(benchmark::State& state) {
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_RowDot)->Arg(static_cast<int64_t>(DType::Q8_0))->Arg(static_cast<int64_t>(DType::Q5_0))->Unit(benchmark::kMillisecond);
+
+// Decode as matmul runs it: quant::gemv over the same matrix with prepared activations.
+void BM_Gemv(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  quant::gemm_force_avx2(state.range(1) != 0);
+  const int64_t cols = 640;
+  const size_t wrb = *larql::row_bytes(t, cols);
+  const int64_t rows = static_cast<int64_t>((512ull << 20) / wrb);
+  std::vector<uint8_t> w(wrb * rows);
+  std::mt19937 rng(3);
+  for (size_t i = 0; i < w.size(); i += 4096) w[i] = static_cast<uint8_t>(rng());
+  const auto x = randn(cols, 5);
+  const DType at = quant::vec_dot_type(t);
+  std::vector<uint8_t> a(*larql::row_bytes(at, cols));
+  quant::quantize_row(at, x.data(), a.data(), cols);
+  quant::GemmActs acts{at, cols, 1, a.data(), a.size(), nullptr, nullptr};
+  std::vector<float> scale(cols / 32);
+  std::vector<int32_t> sum(cols / 32);
+  quant::prepare_gemm_acts(acts, scale.data(), sum.data());
+  std::vector<float> y(static_cast<size_t>(rows));
+  for (auto _ : state) {
+    quant::gemv(t, cols, w.data(), wrb, 0, rows, acts, y.data(), rows);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(larql::dtype_name(t)) + " " + quant::gemm_isa_name());
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  quant::gemm_force_avx2(false);
+}
+BENCHMARK(BM_Gemv)
+    ->Args({static_cast<int64_t>(DType::Q8_0), 0})
+    ->Args({static_cast<int64_t>(DType::Q8_0), 1})
+    ->Args({static_cast<int64_t>(DType::Q5_0), 0})
+    ->Args({static_cast<int64_t>(DType::Q5_0), 1})
+    ->Unit(benchmark::kMillisecond);
 
 __attribute__((target("avx2"))) void BM_ReadBandwidth(benchmark::State& state) {
   std::vector<uint8_t> w(512ull << 20, 1);

@@ -171,6 +171,7 @@ struct Job {
   float* y = nullptr;
   int64_t n_tokens = 0, units = 0;
   const quant::GemmActs* gemm = nullptr;  // tiled path when set
+  const quant::GemmActs* gemv = nullptr;  // decode path with prepared activations when set
   const uint8_t* act = nullptr;           // row path: activation rows
   size_t act_row_bytes = 0;
   quant::VecDotFn dot = nullptr;
@@ -180,6 +181,10 @@ struct Job {
     if (gemm != nullptr) {
       quant::gemm(w->type, cols, w->data, w->row_bytes, u0 * quant::kGemmRows, std::min(rows, u1 * quant::kGemmRows),
                   *gemm, y, rows);
+      return;
+    }
+    if (gemv != nullptr) {
+      quant::gemv(w->type, cols, w->data, w->row_bytes, u0 * kRowTile, std::min(rows, u1 * kRowTile), *gemv, y, rows);
       return;
     }
     for (int64_t rb = u0 * kRowTile; rb < std::min(rows, u1 * kRowTile); rb += kRowTile) {
@@ -209,7 +214,11 @@ Job plan(ThreadPool& pool, const TensorView& w, Activations& x, float* y) {
     j.act_row_bytes = static_cast<size_t>(w.cols) * sizeof(float);
   } else {
     const quant::GemmActs& a = x.quantised(pool, act_type);
-    if (x.n() >= kGemmMinTokens && quant::gemm_supported(w.type)) j.gemm = &a;
+    if (x.n() >= kGemmMinTokens && quant::gemm_supported(w.type)) {
+      j.gemm = &a;
+    } else if (quant::gemv_supported(w.type)) {
+      j.gemv = &a;
+    }
     j.act = a.rows;
     j.act_row_bytes = a.row_bytes;
   }

@@ -13,16 +13,17 @@ namespace {
 
 struct GemmChoice {
   detail::GemmFn fn;
+  detail::GemmFn gemv;
   const char* name;
 };
 
 GemmChoice best_vnni() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avxvnni")) return {detail::gemm_avxvnni, "avx-vnni"};
+  if (__builtin_cpu_supports("avxvnni")) return {detail::gemm_avxvnni, detail::gemv_avxvnni, "avx-vnni"};
   if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-    return {detail::gemm_avx512vnni, "avx512-vnni"};
-  return {detail::gemm_avx2, "avx2"};
+    return {detail::gemm_avx512vnni, detail::gemv_avx512vnni, "avx512-vnni"};
+  return {detail::gemm_avx2, detail::gemv_avx2, "avx2"};
 }
 
 std::atomic<bool>& force_avx2() {
@@ -31,9 +32,9 @@ std::atomic<bool>& force_avx2() {
 }
 
 GemmChoice current() {
-  if (active_isa() < Isa::AVX2) return {nullptr, "none"};
+  if (active_isa() < Isa::AVX2) return {nullptr, nullptr, "none"};
   static const GemmChoice vnni = best_vnni();
-  if (force_avx2().load(std::memory_order_relaxed)) return {detail::gemm_avx2, "avx2"};
+  if (force_avx2().load(std::memory_order_relaxed)) return {detail::gemm_avx2, detail::gemv_avx2, "avx2"};
   return vnni;
 }
 
@@ -49,6 +50,10 @@ bool gemm_supported(DType w) {
     case DType::Q6_K: return true;
     default: return false;
   }
+}
+
+bool gemv_supported(DType w) {
+  return current().gemv != nullptr && (w == DType::Q4_0 || w == DType::Q5_0 || w == DType::Q8_0);
 }
 
 const char* gemm_isa_name() { return current().name; }
@@ -74,6 +79,11 @@ void prepare_gemm_acts(GemmActs& a, float* scale, int32_t* sum) {
 void gemm(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
           const GemmActs& a, float* y, int64_t ldy) {
   current().fn(w, cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
+}
+
+void gemv(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
+          const GemmActs& a, float* y, int64_t ldy) {
+  current().gemv(w, cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
 }
 
 }  // namespace larql::quant

@@ -66,4 +66,15 @@ void prepare_gemm_acts(GemmActs& a, float* scale, int32_t* sum);
 void gemm(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
           const GemmActs& a, float* y, int64_t ldy);
 
+/// True when gemv() has a kernel for `w` under the active ISA (AVX2 or better: Q4_0, Q5_0, Q8_0).
+bool gemv_supported(DType w);
+
+/// Decode-sized batches: the same contract as gemm() (outputs bit-identical to vec_dot_fn(w)),
+/// computed one weight row at a time with the row kernel's arithmetic, reading the prepared
+/// activation extras (f32 scales, block sums: the weights' offsets are removed through them) and,
+/// on VNNI CPUs, one dpbusd per block. No packing, so it pays off for any number of rows; gemm()
+/// is faster from a few activation rows on.
+void gemv(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
+          const GemmActs& a, float* y, int64_t ldy);
+
 }  // namespace larql::quant

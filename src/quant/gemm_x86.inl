@@ -1,7 +1,7 @@
 // The tiled kernels of quant/gemm.h, written once and compiled per ISA: gemm_avx2.cc (maddubs +
 // madd), gemm_avxvnni.cc and gemm_avx512vnni.cc (256-bit dpbusd, VEX or EVEX encoded). The
 // including file defines LARQL_GEMM_VNNI (0/1), LARQL_GEMM_DPBUSD(acc, u8, s8) when VNNI, and
-// LARQL_GEMM_ENTRY (the exported function's name).
+// LARQL_GEMM_ENTRY / LARQL_GEMV_ENTRY (the exported functions' names).
 //
 // Everything but the entry point lives in an anonymous namespace: the same templates compiled
 // with different target flags must never be merged by the linker.
@@ -19,11 +19,16 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "quant/blocks.h"
 #include "quant/gemm.h"
+
+#ifndef LARQL_GEMM_DPBUSD  // AVX2: never called (every use sits behind `if constexpr (kVnni)`)
+#define LARQL_GEMM_DPBUSD(acc, u, s) (acc)
+#endif
 
 namespace larql::quant::detail {
 namespace {
@@ -365,6 +370,85 @@ void mk_q6k(const PanelQ6K* P, int64_t nsb, const GemmActs& a, int64_t t0, float
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out[t], acc[t]);
 }
 
+// ---- decode: one weight row at a time against prepared activations ---------------------------
+
+// Integer partial sums (8 lanes) of one weight block against one activation block, before the
+// offset correction: sum (q + offset) * y for the unsigned forms, sum w * y for signed Q8_0.
+inline __m256i block_sums(const BlockQ4_0& b, const uint8_t* y) {
+  if constexpr (kVnni) return LARQL_GEMM_DPBUSD(_mm256_setzero_si256(), bytes_of(b), load256(y));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(bytes_of(b), load256(y)), _mm256_set1_epi16(1));
+}
+inline __m256i block_sums(const BlockQ5_0& b, const uint8_t* y) {
+  if constexpr (kVnni) return LARQL_GEMM_DPBUSD(_mm256_setzero_si256(), bytes_of(b), load256(y));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(bytes_of(b), load256(y)), _mm256_set1_epi16(1));
+}
+inline __m256i block_sums(const BlockQ8_0& b, const uint8_t* y) {
+  if constexpr (kVnni) return LARQL_GEMM_DPBUSD(_mm256_setzero_si256(), bytes_of(b), load256(y));
+  const __m256i x = load256(b.qs);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(load256(y), x)),
+                           _mm256_set1_epi16(1));
+}
+
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline __m128 f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+  const uint64_t v = uint64_t(a) | uint64_t(b) << 16 | uint64_t(c) << 32 | uint64_t(d) << 48;
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
+}
+
+// One row: the row kernel's float order (dot_avx2.cc dot_q_x_q8_0), with the activation scales
+// already in f32 and the offset removed through the block sums.
+template <typename Block>
+float gemv_row(const Block* x, int64_t nb, const uint8_t* aq, const float* ad, const int32_t* as) {
+  constexpr int kShift = offset_of<Block>() == 128 ? 7 : offset_of<Block>() == 16 ? 4 : 3;
+  __m128 acc4 = _mm_setzero_ps();
+  int64_t ib = 0;
+  for (; ib + 3 < nb; ib += 4) {
+    const __m128 dx = f16x4(x[ib].d, x[ib + 1].d, x[ib + 2].d, x[ib + 3].d);
+    const __m256i s0 = block_sums(x[ib], aq + ib * sizeof(BlockQ8_0));
+    const __m256i s1 = block_sums(x[ib + 1], aq + (ib + 1) * sizeof(BlockQ8_0));
+    const __m256i s2 = block_sums(x[ib + 2], aq + (ib + 2) * sizeof(BlockQ8_0));
+    const __m256i s3 = block_sums(x[ib + 3], aq + (ib + 3) * sizeof(BlockQ8_0));
+    const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+    __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    if constexpr (offset_of<Block>() != 0)
+      sums = _mm_sub_epi32(sums, _mm_slli_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(as + ib)), kShift));
+    acc4 = _mm_fmadd_ps(_mm_mul_ps(dx, _mm_loadu_ps(ad + ib)), _mm_cvtepi32_ps(sums), acc4);
+  }
+  if (ib < nb) {
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, acc4);
+    for (int k = 0; ib + k < nb; ++k) {
+      const int64_t b = ib + k;
+      const int32_t isum = hsum_i32(block_sums(x[b], aq + b * sizeof(BlockQ8_0))) - offset_of<Block>() * as[b];
+      lanes[k] = std::fma(f16(x[b].d) * ad[b], static_cast<float>(isum), lanes[k]);
+    }
+    acc4 = _mm_load_ps(lanes);
+  }
+  acc4 = _mm_add_ps(acc4, _mm_movehl_ps(acc4, acc4));
+  acc4 = _mm_add_ss(acc4, _mm_movehdup_ps(acc4));
+  return _mm_cvtss_f32(acc4);
+}
+
+template <typename Block>
+void gemv_b32(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1, const GemmActs& a,
+              float* y, int64_t ldy) {
+  const int64_t nb = cols / QK8_0;
+  for (int64_t t = 0; t < a.n; ++t) {
+    const uint8_t* aq = a.rows + static_cast<size_t>(t) * a.row_bytes + 2;
+    const float* ad = a.scale + t * nb;
+    const int32_t* as = a.sum + t * nb;
+    for (int64_t r = r0; r < r1; ++r)
+      y[t * ldy + r] = gemv_row(reinterpret_cast<const Block*>(w_data + static_cast<size_t>(r) * w_row_bytes), nb, aq,
+                                ad, as);
+  }
+}
+
 // ---- driver ----------------------------------------------------------------------------------
 
 // Runs MK<NT> over every activation row of [0, a.n), NT at a time, then the remainder.
@@ -417,6 +501,16 @@ void run_b32(int64_t cols, const uint8_t* const rows[8], const GemmActs& a, floa
 }
 
 }  // namespace
+
+void LARQL_GEMV_ENTRY(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
+                      const GemmActs& a, float* y, int64_t ldy) {
+  switch (w) {
+    case DType::Q4_0: return gemv_b32<BlockQ4_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
+    case DType::Q5_0: return gemv_b32<BlockQ5_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
+    case DType::Q8_0: return gemv_b32<BlockQ8_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
+    default: return;  // gemv_supported() is false for every other type
+  }
+}
 
 void LARQL_GEMM_ENTRY(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
                       const GemmActs& a, float* y, int64_t ldy) {

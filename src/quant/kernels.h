@@ -34,6 +34,14 @@ void gemm_avxvnni(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_byt
 void gemm_avx512vnni(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
                      const GemmActs& a, float* y, int64_t ldy);
 
+/// The decode kernels of quant/gemm.h (gemv), same files, quant::gemv's contract.
+void gemv_avx2(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
+               const GemmActs& a, float* y, int64_t ldy);
+void gemv_avxvnni(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
+                  const GemmActs& a, float* y, int64_t ldy);
+void gemv_avx512vnni(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
+                     const GemmActs& a, float* y, int64_t ldy);
+
 /// Scalar dequantisers (dequant_ref.cc). n is a multiple of the block size.
 using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 DequantFn ref_dequant_fn(DType t);  ///< nullptr if unsupported

@@ -62,7 +62,8 @@ std::vector<uint8_t> quantised_acts(DType at, int64_t n, int64_t cols, uint32_t 
 
 // Runs gemm over rows [r0, r1) in the given split and compares every output with vec_dot_fn(w).
 void expect_gemm_equals_rows(DType w, int64_t rows, int64_t cols, int64_t n, const std::vector<uint8_t>& wb,
-                             const std::vector<uint8_t>& ab, const std::string& what) {
+                             const std::vector<uint8_t>& ab, const std::string& what, bool use_gemv = false) {
+  auto run = use_gemv ? gemv : gemm;
   const DType at = vec_dot_type(w);
   const size_t wrb = *row_bytes(w, cols), arb = *row_bytes(at, cols);
   GemmActs a{at, cols, n, ab.data(), arb, nullptr, nullptr};
@@ -72,8 +73,8 @@ void expect_gemm_equals_rows(DType w, int64_t rows, int64_t cols, int64_t n, con
   std::vector<float> y(static_cast<size_t>(n * rows), -1e30f);
   // Two calls with a split that is not a multiple of the panel height: any split is correct.
   const int64_t mid = rows > 8 ? 11 : rows;
-  gemm(w, cols, wb.data(), wrb, 0, std::min(mid, rows), a, y.data(), rows);
-  if (mid < rows) gemm(w, cols, wb.data(), wrb, mid, rows, a, y.data(), rows);
+  run(w, cols, wb.data(), wrb, 0, std::min(mid, rows), a, y.data(), rows);
+  if (mid < rows) run(w, cols, wb.data(), wrb, mid, rows, a, y.data(), rows);
   const VecDotFn dot = vec_dot_fn(w);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t r = 0; r < rows; ++r) {
@@ -120,6 +121,21 @@ TEST_P(Gemm, BitIdenticalToRowKernel) {
   });
 }
 
+// The decode kernel (prepared activations, no packing) for the 32-element block formats.
+TEST_P(Gemm, GemvBitIdenticalToRowKernel) {
+  const auto [t, cols] = GetParam();
+  if (!gemv_supported(t)) GTEST_SKIP() << "no gemv kernel for this type";
+  for_each_variant([&](const std::string& isa) {
+    for (int64_t rows : {1, 13, 37}) {
+      const auto wb = random_weight(t, rows, cols, 70 + static_cast<uint32_t>(rows));
+      for (int64_t n : {1, 2, 3, 5}) {
+        const auto ab = quantised_acts(vec_dot_type(t), n, cols, 200 + static_cast<uint32_t>(n));
+        expect_gemm_equals_rows(t, rows, cols, n, wb, ab, isa + " gemv", true);
+      }
+    }
+  });
+}
+
 // The int16 stages of the AVX2 kernels (maddubs pair sums added over several chunks) must not
 // saturate: largest weights times activations of +-127 everywhere.
 TEST_P(Gemm, ExtremeValuesDoNotSaturate) {
@@ -151,6 +167,7 @@ TEST_P(Gemm, ExtremeValuesDoNotSaturate) {
   }
   for_each_variant([&](const std::string& isa) {
     expect_gemm_equals_rows(t, rows, cols, n, wb, ab, isa);
+    if (gemv_supported(t)) expect_gemm_equals_rows(t, rows, cols, n, wb, ab, isa + " gemv", true);
     // And the row kernel itself against the scalar reference (exact integers, tiny floats).
     const VecDotFn dot = vec_dot_fn(t);
     for (int64_t tk = 0; tk < n; ++tk) {
