@@ -104,7 +104,7 @@ void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const 
   // rows of very different lengths spread evenly over the threads' contiguous chunks.
   const int64_t per_task = n >= pool_.size() ? group : 1;
   const int64_t tasks_per_row = c.n_heads / per_task;
-  pool_.parallel_for(n * tasks_per_row, [&](int64_t b, int64_t e) {
+  auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<float> scores;
     for (int64_t task = b; task < e; ++task) {
       const int64_t i = task / tasks_per_row, t = i % 2 == 0 ? i / 2 : n - 1 - i / 2;
@@ -118,7 +118,9 @@ void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const 
       compute::attend_group(q + t * c.q_dim() + head * hd, per_task, kv.k + off, kv.v + off, m, kv_dim, hd, scale,
                             cap, scores.data(), out + t * c.q_dim() + head * hd);
     }
-  });
+  };
+  // One captured reference fits std::function's inline buffer: no allocation per call.
+  pool_.parallel_for(n * tasks_per_row, [&run](int64_t b, int64_t e) { run(b, e); });
 }
 
 void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
