@@ -1,10 +1,10 @@
 // Kernel microbenchmarks (Google Benchmark): `make bench-kernels`.
 //
-//   Gemm/<type>/<isa>/<tokens>   tiled prefill kernel, one thread, one layer-shaped matrix;
+//   Gemm/<type>/.../<variant>    tiled prefill kernel, one thread, one layer-shaped matrix;
 //                                GOP/s counts 2 ops per multiply-add.
 //   RowDot/<type>                decode's row kernel over a matrix larger than the last-level
 //                                cache (the lm_head case): GB/s of weights read.
-//   Gemv/<type>/<avx2>           the same through quant::gemv (decode's path in matmul).
+//   Gemv/<type>/<variant>        the same through quant::gemv (decode's path in matmul).
 //   ReadBandwidth                plain streaming read of the same size: the decode roofline.
 //   Int8Peak/<isa>               a register-only chain of int8 dot instructions: the int8 peak.
 //   Attention/<keys>             compute::attend_group, 4 heads of 256 over `keys` K/V rows.
@@ -47,13 +47,14 @@ std::vector<uint8_t> quantised(DType t, int64_t rows, int64_t cols, uint32_t see
   return out;
 }
 
-// args: type, rows, cols, tokens, force AVX2
+const char* const kVariantNames[] = {"avx512-vnni", "avx-vnni", "avx2"};
+
+// args: type, rows, cols, tokens, variant (index into kVariantNames)
 void BM_Gemm(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
   const int64_t rows = state.range(1), cols = state.range(2), n = state.range(3);
-  quant::gemm_force_avx2(state.range(4) != 0);
-  if (!quant::gemm_supported(t)) {
-    state.SkipWithError("no tiled kernel on this CPU");
+  if (!quant::gemm_use_variant(kVariantNames[state.range(4)]) || !quant::gemm_supported(t)) {
+    state.SkipWithError("variant not available on this CPU");
     return;
   }
   const auto w = quantised(t, rows, cols, 1);
@@ -74,7 +75,7 @@ void BM_Gemm(benchmark::State& state) {
   }
   state.SetLabel(std::string(larql::dtype_name(t)) + " " + quant::gemm_isa_name());
   state.counters["GOP/s"] = benchmark::Counter(2.0 * rows * cols * n, benchmark::Counter::kIsIterationInvariantRate);
-  quant::gemm_force_avx2(false);
+  quant::gemm_use_variant("");
 }
 
 // Shapes of the default model's prefill matmuls (rows x cols) at 512 tokens.
@@ -84,8 +85,8 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
                                {static_cast<int64_t>(DType::Q6_K), 640, 2048},
                                {static_cast<int64_t>(DType::Q8_0), 256, 640}};
   for (const auto& s : shapes)
-    for (int force : {0, 1}) b->Args({s[0], s[1], s[2], 512, force});
-  b->ArgNames({"type", "rows", "cols", "tokens", "avx2"});
+    for (int v : {0, 1, 2}) b->Args({s[0], s[1], s[2], 512, v});
+  b->ArgNames({"type", "rows", "cols", "tokens", "variant"});
   b->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs);
@@ -119,7 +120,10 @@ BENCHMARK(BM_RowDot)->Arg(static_cast<int64_t>(DType::Q8_0))->Arg(static_cast<in
 // Decode as matmul runs it: quant::gemv over the same matrix with prepared activations.
 void BM_Gemv(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
-  quant::gemm_force_avx2(state.range(1) != 0);
+  if (!quant::gemm_use_variant(kVariantNames[state.range(1)])) {
+    state.SkipWithError("variant not available on this CPU");
+    return;
+  }
   const int64_t cols = 640;
   const size_t wrb = *larql::row_bytes(t, cols);
   const int64_t rows = static_cast<int64_t>((512ull << 20) / wrb);
@@ -142,13 +146,13 @@ void BM_Gemv(benchmark::State& state) {
   state.SetLabel(std::string(larql::dtype_name(t)) + " " + quant::gemm_isa_name());
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
-  quant::gemm_force_avx2(false);
+  quant::gemm_use_variant("");
 }
 BENCHMARK(BM_Gemv)
-    ->Args({static_cast<int64_t>(DType::Q8_0), 0})
     ->Args({static_cast<int64_t>(DType::Q8_0), 1})
-    ->Args({static_cast<int64_t>(DType::Q5_0), 0})
+    ->Args({static_cast<int64_t>(DType::Q8_0), 2})
     ->Args({static_cast<int64_t>(DType::Q5_0), 1})
+    ->Args({static_cast<int64_t>(DType::Q5_0), 2})
     ->Unit(benchmark::kMillisecond);
 
 __attribute__((target("avx2"))) void BM_ReadBandwidth(benchmark::State& state) {

@@ -1,4 +1,4 @@
-// quant/gemm.h: ISA choice for the tiled kernels and the Q8_0 activation extras.
+// quant/gemm.h: the variant choice for the tiled and decode kernels and the Q8_0 activation extras.
 #include "quant/gemm.h"
 
 #include <atomic>
@@ -11,37 +11,52 @@
 namespace larql::quant {
 namespace {
 
-struct GemmChoice {
-  detail::GemmFn fn;
-  detail::GemmFn gemv;
+struct Variant {
   const char* name;
+  detail::GemmFn gemm;
+  detail::GemmFn gemv;
 };
 
-GemmChoice best_vnni() {
+// Best first. AVX-512 VNNI (16-row panels in zmm) before AVX-VNNI (8-row panels in ymm).
+const Variant kVariants[] = {
+    {"avx512-vnni", detail::gemm_avx512vnni, detail::gemv_avx512vnni},
+    {"avx-vnni", detail::gemm_avxvnni, detail::gemv_avxvnni},
+    {"avx2", detail::gemm_avx2, detail::gemv_avx2},
+};
+constexpr int kNumVariants = 3;
+
+bool cpu_has(int i) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avxvnni")) return {detail::gemm_avxvnni, detail::gemv_avxvnni, "avx-vnni"};
-  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-    return {detail::gemm_avx512vnni, detail::gemv_avx512vnni, "avx512-vnni"};
-  return {detail::gemm_avx2, detail::gemv_avx2, "avx2"};
+  switch (i) {
+    case 0:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vnni") && detect_isa() >= Isa::AVX2;
+    case 1: return __builtin_cpu_supports("avxvnni") && detect_isa() >= Isa::AVX2;
+    default: return detect_isa() >= Isa::AVX2;
+  }
 }
 
-std::atomic<bool>& force_avx2() {
-  static std::atomic<bool> on{false};
-  return on;
+std::atomic<int>& chosen() {  // index into kVariants; -1: the best available
+  static std::atomic<int> v{-1};
+  return v;
 }
 
-GemmChoice current() {
-  if (active_isa() < Isa::AVX2) return {nullptr, nullptr, "none"};
-  static const GemmChoice vnni = best_vnni();
-  if (force_avx2().load(std::memory_order_relaxed)) return {detail::gemm_avx2, detail::gemv_avx2, "avx2"};
-  return vnni;
+const Variant* current() {
+  if (active_isa() < Isa::AVX2) return nullptr;
+  static const int best = [] {
+    for (int i = 0; i < kNumVariants; ++i)
+      if (cpu_has(i)) return i;
+    return kNumVariants - 1;
+  }();
+  const int c = chosen().load(std::memory_order_relaxed);
+  return &kVariants[c >= 0 ? c : best];
 }
 
 }  // namespace
 
 bool gemm_supported(DType w) {
-  if (current().fn == nullptr) return false;
+  if (current() == nullptr) return false;
   switch (w) {
     case DType::Q4_0:
     case DType::Q5_0:
@@ -53,12 +68,33 @@ bool gemm_supported(DType w) {
 }
 
 bool gemv_supported(DType w) {
-  return current().gemv != nullptr && (w == DType::Q4_0 || w == DType::Q5_0 || w == DType::Q8_0);
+  return current() != nullptr && (w == DType::Q4_0 || w == DType::Q5_0 || w == DType::Q8_0);
 }
 
-const char* gemm_isa_name() { return current().name; }
+const char* gemm_isa_name() {
+  const Variant* v = current();
+  return v ? v->name : "none";
+}
 
-void gemm_force_avx2(bool on) { force_avx2().store(on); }
+std::vector<std::string> gemm_variants() {
+  std::vector<std::string> out;
+  for (int i = 0; i < kNumVariants; ++i)
+    if (cpu_has(i)) out.emplace_back(kVariants[i].name);
+  return out;
+}
+
+bool gemm_use_variant(const std::string& name) {
+  if (name.empty()) {
+    chosen().store(-1);
+    return true;
+  }
+  for (int i = 0; i < kNumVariants; ++i)
+    if (name == kVariants[i].name && cpu_has(i)) {
+      chosen().store(i);
+      return true;
+    }
+  return false;
+}
 
 void prepare_gemm_acts(GemmActs& a, float* scale, int32_t* sum) {
   if (a.type != DType::Q8_0) return;
@@ -78,12 +114,12 @@ void prepare_gemm_acts(GemmActs& a, float* scale, int32_t* sum) {
 
 void gemm(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
           const GemmActs& a, float* y, int64_t ldy) {
-  current().fn(w, cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
+  current()->gemm(w, cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
 }
 
 void gemv(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
           const GemmActs& a, float* y, int64_t ldy) {
-  current().gemv(w, cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
+  current()->gemv(w, cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
 }
 
 }  // namespace larql::quant

@@ -1,10 +1,12 @@
 // Tiled quantised matrix kernels for prefill: many activation rows against a weight matrix.
 //
-// A weight panel of kGemmRows rows is unpacked once into a layout where one 32-byte vector holds
-// 4 consecutive elements of each of the 8 rows (the formats' 4/5/6/8-bit values as bytes), then
-// every activation row streams past it: 4 activation bytes are broadcast and multiplied with all
-// 8 rows at once (AVX2 maddubs/madd, or VNNI dpbusd), so integer block sums come out per row with
-// no horizontal reductions, and the unpacking is paid once per panel instead of once per token.
+// A weight panel of 8 rows (16 with AVX-512) is unpacked once into a layout where one 32-byte
+// (64-byte) vector holds 4 consecutive elements of each row (the formats' 4/5/6/8-bit values as
+// bytes), then every activation row streams past it: 4 activation bytes are broadcast and
+// multiplied with all the panel's rows at once (AVX2 maddubs/madd, or VNNI dpbusd), so integer
+// block sums come out per row with no horizontal reductions, and the unpacking is paid once per
+// panel instead of once per token. Variants: AVX2, AVX-VNNI (256-bit), AVX-512 VNNI (512-bit);
+// every variant gives the same bits.
 //
 // Every output is bit-identical to quant::vec_dot_fn(w) of the active ISA on the same two rows:
 // the integer block sums are exact whatever the instruction order, and the float work per output
@@ -19,14 +21,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "util/dtype.h"
 
 namespace larql::quant {
 
-/// Weight rows per panel: callers split rows across threads in multiples of this.
-constexpr int64_t kGemmRows = 8;
+/// Weight rows per panel (16 in zmm, two 8-row panels in ymm): callers split rows across
+/// threads in multiples of this.
+constexpr int64_t kGemmRows = 16;
 
 /// Activation rows quantised to vec_dot_type(w) (Q8_0 or Q8_K), plus, for Q8_0, each block's
 /// scale as f32 and the sum of its 32 quants (filled by prepare_gemm_acts).
@@ -44,13 +48,17 @@ struct GemmActs {
 /// Q4_0, Q5_0, Q8_0, Q4_K, Q6_K). Otherwise callers use vec_dot_fn row by row.
 bool gemm_supported(DType w);
 
-/// The ISA the tiled kernels use now: "avx2", "avx-vnni" or "avx512-vnni" (256-bit dpbusd), or
-/// "none" when gemm_supported() is false for every type.
+/// The kernel variant in use: "avx512-vnni" (512-bit dpbusd, 16-row panels), "avx-vnni"
+/// (256-bit dpbusd) or "avx2" (maddubs + madd), or "none" when gemm_supported() is false for
+/// every type (no AVX2, or the active ISA lowered to scalar).
 const char* gemm_isa_name();
 
-/// For tests and benchmarks: use the plain AVX2 kernels even where VNNI is available (true), or
-/// the best available (false). Results are bit-identical either way.
-void gemm_force_avx2(bool on);
+/// The variants this CPU can run, best first (empty without AVX2).
+std::vector<std::string> gemm_variants();
+/// For tests and benchmarks: use variant `name` (one of gemm_variants()), or the best one for
+/// "". Returns false (changing nothing) for a name this CPU cannot run. Results are
+/// bit-identical whatever the variant.
+bool gemm_use_variant(const std::string& name);
 
 /// Fills the Q8_0 extras: scale[t * nb + b] = f32 of row t block b's d; sum[...] = sum of its
 /// quants (nb = cols / 32). `scale` and `sum` must hold n * cols / 32 values each. A no-op for

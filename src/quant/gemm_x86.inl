@@ -1,7 +1,7 @@
 // The tiled kernels of quant/gemm.h, written once and compiled per ISA: gemm_avx2.cc (maddubs +
 // madd), gemm_avxvnni.cc and gemm_avx512vnni.cc (256-bit dpbusd, VEX or EVEX encoded). The
 // including file defines LARQL_GEMM_VNNI (0/1), LARQL_GEMM_DPBUSD(acc, u8, s8) when VNNI, and
-// LARQL_GEMM_ENTRY / LARQL_GEMV_ENTRY (the exported functions' names).
+// LARQL_GEMV_ENTRY and (optionally) LARQL_GEMM_ENTRY: the exported functions' names.
 //
 // Everything but the entry point lives in an anonymous namespace: the same templates compiled
 // with different target flags must never be merged by the linker.
@@ -200,7 +200,7 @@ inline int32_t scale_lane(int s) {
   return kVnni ? s : static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(s)) * 0x10001u);
 }
 
-void pack_q4k(const uint8_t* const rows[8], int64_t nsb, PanelQ4K* out) {
+[[maybe_unused]] void pack_q4k(const uint8_t* const rows[8], int64_t nsb, PanelQ4K* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t i = 0; i < nsb; ++i) {
     PanelQ4K& p = out[i];
@@ -301,7 +301,7 @@ inline __m256i q6_bytes(const BlockQ6K& b, int m) {
   return _mm256_or_si256(low4, _mm256_slli_epi16(high2, 4));
 }
 
-void pack_q6k(const uint8_t* const rows[8], int64_t nsb, PanelQ6K* out) {
+[[maybe_unused]] void pack_q6k(const uint8_t* const rows[8], int64_t nsb, PanelQ6K* out) {
   for (int64_t i = 0; i < nsb; ++i) {
     PanelQ6K& p = out[i];
     for (int m = 0; m < 8; ++m) {
@@ -453,14 +453,14 @@ void gemv_b32(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r
 
 // Runs MK<NT> over every activation row of [0, a.n), NT at a time, then the remainder.
 // Outputs go to y[t * ldy + row0 .. + nr); a short panel (nr < 8) goes through a bounce buffer.
-template <typename Fn>
+template <int kRows = 8, typename Fn>
 void over_tokens(const GemmActs& a, float* y, int64_t ldy, int64_t row0, int nr, Fn&& mk) {
-  alignas(32) float bounce[kNt][8];
+  alignas(64) float bounce[kNt][kRows];
   auto outs = [&](int64_t t0, int nt, float* o[kNt]) {
-    for (int t = 0; t < nt; ++t) o[t] = nr == 8 ? y + (t0 + t) * ldy + row0 : bounce[t];
+    for (int t = 0; t < nt; ++t) o[t] = nr == kRows ? y + (t0 + t) * ldy + row0 : bounce[t];
   };
   auto flush = [&](int64_t t0, int nt) {
-    if (nr == 8) return;
+    if (nr == kRows) return;
     for (int t = 0; t < nt; ++t) std::memcpy(y + (t0 + t) * ldy + row0, bounce[t], sizeof(float) * nr);
   };
   int64_t t = 0;
@@ -480,11 +480,11 @@ void over_tokens(const GemmActs& a, float* y, int64_t ldy, int64_t row0, int nr,
 
 template <typename Panel>
 Panel* panel_scratch(int64_t count) {
-  struct alignas(32) Line {
-    uint8_t b[32];
+  struct alignas(64) Line {
+    uint8_t b[64];
   };
   thread_local std::vector<Line> buf;
-  const size_t need = (static_cast<size_t>(count) * sizeof(Panel) + 31) / 32;
+  const size_t need = (static_cast<size_t>(count) * sizeof(Panel) + 63) / 64;
   if (buf.size() < need) buf.resize(need);
   return reinterpret_cast<Panel*>(buf.data());
 }
@@ -512,6 +512,7 @@ void LARQL_GEMV_ENTRY(DType w, int64_t cols, const uint8_t* w_data, size_t w_row
   }
 }
 
+#ifdef LARQL_GEMM_ENTRY
 void LARQL_GEMM_ENTRY(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
                       const GemmActs& a, float* y, int64_t ldy) {
   for (int64_t p0 = r0; p0 < r1; p0 += 8) {
@@ -540,5 +541,7 @@ void LARQL_GEMM_ENTRY(DType w, int64_t cols, const uint8_t* w_data, size_t w_row
     }
   }
 }
+
+#endif  // LARQL_GEMM_ENTRY
 
 }  // namespace larql::quant::detail

@@ -95,17 +95,17 @@ class Gemm : public ::testing::TestWithParam<Shape> {
   void SetUp() override {
     if (!gemm_supported(GetParam().type)) GTEST_SKIP() << "no tiled kernel on this CPU";
   }
-  void TearDown() override { gemm_force_avx2(false); }
+  void TearDown() override { gemm_use_variant(""); }
 };
 
-// Each variant this CPU has: the best one (VNNI where present), then plain AVX2.
+// Each variant this CPU has (AVX-512 VNNI, AVX-VNNI, AVX2).
 template <typename Fn>
 void for_each_variant(Fn&& fn) {
-  for (bool force : {false, true}) {
-    gemm_force_avx2(force);
-    fn(std::string(gemm_isa_name()));
+  for (const std::string& v : gemm_variants()) {
+    EXPECT_TRUE(gemm_use_variant(v));
+    fn(v);
   }
-  gemm_force_avx2(false);
+  gemm_use_variant("");
 }
 
 TEST_P(Gemm, BitIdenticalToRowKernel) {
@@ -217,6 +217,22 @@ TEST(GemmKQuants, RowKernelsBitIdenticalToReference) {
       }
     }
   }
+}
+
+TEST(GemmDispatch, Variants) {
+  const auto v = gemm_variants();
+  if (detect_isa() < Isa::AVX2) {
+    EXPECT_TRUE(v.empty());
+    return;
+  }
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v.back(), "avx2");
+  EXPECT_EQ(std::string(gemm_isa_name()), v.front());  // the best by default
+  EXPECT_FALSE(gemm_use_variant("sse9"));
+  EXPECT_EQ(std::string(gemm_isa_name()), v.front());
+  std::printf("note: tiled kernel variants on this CPU:");
+  for (const auto& x : v) std::printf(" %s", x.c_str());
+  std::printf("\n");
 }
 
 TEST(GemmDispatch, SupportedTypesFollowTheIsa) {
