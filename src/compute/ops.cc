@@ -87,13 +87,9 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double 
 
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
-  float m = x[0];
-  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
-  simd_kernels().exp_shifted(x, m, x, n);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i];
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  const SimdKernels& k = simd_kernels();
+  k.exp_shifted(x, k.max(x, n), x, n);
+  k.scale(x, static_cast<float>(1.0 / k.sum(x, n)), x, n);
 }
 
 float gelu_tanh(float x) {
@@ -103,6 +99,13 @@ float gelu_tanh(float x) {
 
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
   simd_kernels().gelu_tanh_mul(gate, up, out, n);
+}
+
+void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
+  constexpr int64_t kGrain = 16384;  // below this a thread meeting costs more than it saves
+  if (n < 2 * kGrain) return gelu_tanh_mul(gate, up, out, n);
+  pool.parallel_for(
+      n, [&](int64_t b, int64_t e) { simd_kernels().gelu_tanh_mul(gate + b, up + b, out + b, e - b); }, kGrain);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) { simd_kernels().axpy(a, x, y, n); }

@@ -29,7 +29,7 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double 
                double freq_scale);
 
 /// Numerically stable softmax in place over n values (max subtracted; exp by the SIMD Cephes
-/// polynomial, ~1 ulp; sum in double).
+/// polynomial, ~1 ulp; sum in double, in a fixed order for a given n).
 void softmax(float* x, int64_t n);
 
 /// GELU, tanh approximation (Hendrycks & Gimpel 2016):
@@ -40,6 +40,8 @@ float gelu_tanh(float x);
 /// x / (1 + exp(-2u)) with the SIMD exp (the same function; within ~2e-7 relative of
 /// gelu_tanh). Each output depends on its own inputs alone (not on n or its position).
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
+/// The same, split across the pool for long inputs (prefill); identical outputs.
+void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
 
 /// y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);

@@ -42,8 +42,23 @@ void scale_mul_scalar(const float* x, float s, const float* w, float* y, int64_t
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s * w[i];
 }
 
-const SimdKernels kScalar{axpy_scalar, dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar, sum_squares_scalar,
-                          scale_mul_scalar};
+double sum_scalar(const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+float max_scalar(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+void scale_scalar(const float* x, float s, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+
+const SimdKernels kScalar{axpy_scalar,        dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar,
+                          sum_squares_scalar, scale_mul_scalar, sum_scalar,   max_scalar,
+                          scale_scalar};
 
 }  // namespace
 

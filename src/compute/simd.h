@@ -20,6 +20,12 @@ struct SimdKernels {
   double (*sum_squares)(const float* x, int64_t n);
   /// y[i] = (x[i] * s) * w[i] (two float roundings, as the scalar expression).
   void (*scale_mul)(const float* x, float s, const float* w, float* y, int64_t n);
+  /// sum x[i] in double (a fixed order for a given n).
+  double (*sum)(const float* x, int64_t n);
+  /// max x[i], n >= 1 (exact: any order gives the same value).
+  float (*max)(const float* x, int64_t n);
+  /// y[i] = x[i] * s.
+  void (*scale)(const float* x, float s, float* y, int64_t n);
 };
 
 const SimdKernels& simd_kernels();

@@ -119,8 +119,46 @@ void scale_mul_avx2(const float* x, float s, const float* w, float* y, int64_t n
   for (; i < n; ++i) y[i] = x[i] * s * w[i];
 }
 
-const SimdKernels kAvx2{axpy_avx2,          dot_avx2,         exp_shifted_avx2, gelu_tanh_mul_avx2,
-                        sum_squares_avx2,   scale_mul_avx2};
+// Two double accumulators of 4 lanes over 8 floats, then a fixed pairwise sum; scalar tail.
+double sum_avx2(const float* x, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+  }
+  const __m256d a = _mm256_add_pd(a0, a1);
+  __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  double s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+float max_avx2(const float* x, int64_t n) {
+  float m = x[0];
+  int64_t i = 0;
+  if (n >= 8) {
+    __m256 v = _mm256_loadu_ps(x);
+    for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    m = _mm_cvtss_f32(h);
+  }
+  for (; i < n; ++i) m = m < x[i] ? x[i] : m;
+  return m;
+}
+
+void scale_avx2(const float* x, float s, float* y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+  for (; i < n; ++i) y[i] = x[i] * s;
+}
+
+const SimdKernels kAvx2{axpy_avx2,        dot_avx2,       exp_shifted_avx2, gelu_tanh_mul_avx2,
+                        sum_squares_avx2, scale_mul_avx2, sum_avx2,         max_avx2,
+                        scale_avx2};
 
 }  // namespace
 

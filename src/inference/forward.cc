@@ -146,7 +146,7 @@ void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
   acts_.reset(h.data(), n, H);
   compute::matmul_many(pool_, acts_, {{w.w_gate, gate.data()}, {w.w_up, up.data()}});
   if (c.activation == Activation::GeluTanh) {
-    compute::gelu_tanh_mul(gate.data(), up.data(), gate.data(), n * c.ffn);
+    compute::gelu_tanh_mul(pool_, gate.data(), up.data(), gate.data(), n * c.ffn);
   } else {
     for (int64_t i = 0; i < n * c.ffn; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
   }

@@ -44,6 +44,8 @@ void by_parts(const float* q, int64_t n_q, const float* k, const float* v, const
 }
 
 TEST(Attention, GroupMatchesPartsBitForBitAndDoubleReference) {
+  for (bool avx512 : {true, false}) {
+  compute::attention_allow_avx512(avx512);
   for (const Case c : {Case{4, 1, 256, 256, 0}, Case{4, 37, 256, 256, 0}, Case{4, 300, 256, 512, 0},
                        Case{3, 70, 64, 64, 0}, Case{2, 33, 32, 48, 0}, Case{1, 5, 16, 16, 0}, Case{4, 20, 40, 40, 0},
                        Case{5, 9, 256, 256, 0}, Case{4, 65, 64, 64, 50.0f}}) {
@@ -84,6 +86,8 @@ TEST(Attention, GroupMatchesPartsBitForBitAndDoubleReference) {
       }
     }
   }
+  }
+  compute::attention_allow_avx512(true);
 }
 
 }  // namespace
