@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "compute/attention.h"
+#include "quant/cpu.h"
 #include "quant/gemm.h"
 #include "quant/quant.h"
 #include "util/dtype.h"
@@ -188,7 +189,7 @@ __attribute__((target("avx2"))) void BM_Int8PeakAvx2(benchmark::State& state) {
 BENCHMARK(BM_Int8PeakAvx2);
 
 __attribute__((target("avx2,avxvnni"))) void BM_Int8PeakAvxVnni(benchmark::State& state) {
-  if (!__builtin_cpu_supports("avxvnni")) {
+  if (!quant::cpu_has_avxvnni()) {
     state.SkipWithError("no AVX-VNNI");
     return;
   }

@@ -6,6 +6,7 @@
 
 #include "compute/ops.h"
 #include "compute/simd.h"
+#include "quant/cpu.h"
 
 namespace larql::compute {
 
@@ -27,10 +28,7 @@ std::atomic<int>& allow_avx512() {
 }
 GroupFn simd_group() {
   if (&simd_kernels() != simd_kernels_avx2()) return nullptr;
-  static const bool avx512 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  }();
+  static const bool avx512 = quant::cpu_has_avx512();
   return avx512 && allow_avx512().load(std::memory_order_relaxed) ? detail::attend_group_avx512
                                                                    : detail::attend_group_avx2;
 }

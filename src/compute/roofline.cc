@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "quant/cpu.h"
 #include "quant/quant.h"
 
 namespace larql::compute {
@@ -56,8 +57,7 @@ Int8Peak int8_peak(ThreadPool& pool, double seconds) {
   Int8Peak out;
   int64_t (*loop)(int64_t) = nullptr;
   if (quant::active_isa() >= quant::Isa::AVX2) {
-    __builtin_cpu_init();
-    const bool vnni = __builtin_cpu_supports("avxvnni");
+    const bool vnni = quant::cpu_has_avxvnni();
     loop = vnni ? detail::int8_loop_avxvnni : detail::int8_loop_avx2;
     out.isa = vnni ? "avx-vnni" : "avx2";
   }

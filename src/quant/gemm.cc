@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "quant/blocks.h"
+#include "quant/cpu.h"
 #include "quant/kernels.h"
 #include "quant/quant.h"
 #include "util/half.h"
@@ -26,13 +27,9 @@ const Variant kVariants[] = {
 constexpr int kNumVariants = 3;
 
 bool cpu_has(int i) {
-  __builtin_cpu_init();
   switch (i) {
-    case 0:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vnni") && detect_isa() >= Isa::AVX2;
-    case 1: return __builtin_cpu_supports("avxvnni") && detect_isa() >= Isa::AVX2;
+    case 0: return cpu_has_avx512vnni() && detect_isa() >= Isa::AVX2;
+    case 1: return cpu_has_avxvnni() && detect_isa() >= Isa::AVX2;
     default: return detect_isa() >= Isa::AVX2;
   }
 }

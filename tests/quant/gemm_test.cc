@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "quant/cpu.h"
 #include "quant/gemm.h"
 #include "quant/quant.h"
 #include "util/dtype.h"
@@ -217,6 +219,22 @@ TEST(GemmKQuants, RowKernelsBitIdenticalToReference) {
       }
     }
   }
+}
+
+// CPUID as the kernel choice reads it agrees with the kernel's own report in /proc/cpuinfo.
+TEST(GemmDispatch, CpuFeaturesMatchProcCpuinfo) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  if (flags.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags";
+  auto has = [&](const char* f) { return flags.find(std::string(" ") + f + " ") != std::string::npos; };
+  EXPECT_EQ(cpu_has_avxvnni(), has("avx_vnni"));
+  EXPECT_EQ(cpu_has_avx512(), has("avx512f") && has("avx512dq") && has("avx512bw") && has("avx512vl"));
+  EXPECT_EQ(cpu_has_avx512vnni(), cpu_has_avx512() && has("avx512_vnni"));
 }
 
 TEST(GemmDispatch, Variants) {
