@@ -6,7 +6,7 @@
 
 #include "compute/ops.h"
 #include "compute/simd.h"
-#include "quant/cpu.h"
+#include "quant/quant.h"
 
 namespace larql::compute {
 
@@ -28,7 +28,7 @@ std::atomic<int>& allow_avx512() {
 }
 GroupFn simd_group() {
   if (&simd_kernels() != simd_kernels_avx2()) return nullptr;
-  static const bool avx512 = quant::cpu_has_avx512();
+  const bool avx512 = quant::active_isa() >= quant::Isa::AVX512;  // implies AVX-512 F/DQ
   return avx512 && allow_avx512().load(std::memory_order_relaxed) ? detail::attend_group_avx512
                                                                    : detail::attend_group_avx2;
 }

@@ -21,8 +21,8 @@ namespace larql::compute {
 void attend_group(const float* q, int64_t n_q, const float* k, const float* v, int64_t m, int64_t stride,
                   int64_t head_dim, float scale, float cap, float* scores, float* out);
 
-/// For tests and benchmarks: let attend_group use its AVX-512 kernel where the CPU has one (the
-/// default), or keep to the AVX2 kernel. The results are the same bits either way.
+/// For tests and benchmarks: let attend_group use its AVX-512 kernel when the active ISA is
+/// AVX512 (the default), or keep to the AVX2 kernel. The results are the same bits either way.
 void attention_allow_avx512(bool on);
 
 }  // namespace larql::compute

@@ -3,9 +3,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <vector>
 
-#include "quant/cpu.h"
+#include "quant/gemm.h"
 #include "quant/quant.h"
 
 namespace larql::compute {
@@ -15,7 +16,8 @@ namespace detail {
 uint64_t stream_sum_avx2(const uint8_t* p, size_t n);
 int64_t int8_loop_avx2(int64_t iters);     // returns a value depending on every accumulator
 int64_t int8_loop_avxvnni(int64_t iters);
-constexpr int64_t kInt8MacsPerIter = 12 * 32;  // 12 accumulators x 32 multiply-adds
+int64_t int8_loop_avx512vnni(int64_t iters);  // 64 multiply-adds per instruction
+constexpr int64_t kInt8MacsPerIter = 12 * 32;  // 12 accumulators x 32 multiply-adds (256-bit)
 }  // namespace detail
 
 namespace {
@@ -56,11 +58,17 @@ double read_bandwidth(ThreadPool& pool, size_t bytes, int repeats) {
 Int8Peak int8_peak(ThreadPool& pool, double seconds) {
   Int8Peak out;
   int64_t (*loop)(int64_t) = nullptr;
-  if (quant::active_isa() >= quant::Isa::AVX2) {
-    const bool vnni = quant::cpu_has_avxvnni();
-    loop = vnni ? detail::int8_loop_avxvnni : detail::int8_loop_avx2;
-    out.isa = vnni ? "avx-vnni" : "avx2";
+  int64_t macs_per_iter = detail::kInt8MacsPerIter;
+  const std::string variant = quant::gemm_isa_name();  // the tiled kernels' instruction
+  if (variant == "avx512-vnni") {
+    loop = detail::int8_loop_avx512vnni;
+    macs_per_iter *= 2;
+  } else if (variant == "avx-vnni") {
+    loop = detail::int8_loop_avxvnni;
+  } else if (variant == "avx2") {
+    loop = detail::int8_loop_avx2;
   }
+  if (loop != nullptr) out.isa = variant;
   if (loop == nullptr) {
     out.isa = "scalar";
     return out;
@@ -80,7 +88,7 @@ Int8Peak int8_peak(ThreadPool& pool, double seconds) {
     for (int64_t i = b; i < e; ++i) sink += loop(iters);
   });
   const double dt = now_s() - t0;
-  out.ops_per_s = 2.0 * static_cast<double>(detail::kInt8MacsPerIter) * static_cast<double>(iters) * n / dt;
+  out.ops_per_s = 2.0 * static_cast<double>(macs_per_iter) * static_cast<double>(iters) * n / dt;
   if (sink.load() == 42) out.ops_per_s += 0;  // keep the loops alive
   return out;
 }

@@ -17,11 +17,11 @@ double read_bandwidth(ThreadPool& pool, size_t bytes = size_t{512} << 20, int re
 
 struct Int8Peak {
   double ops_per_s = 0;  ///< 2 ops per int8 multiply-add, all threads together
-  std::string isa;       ///< "avx-vnni" (dpbusd), "avx2" (maddubs + madd) or "scalar"
+  std::string isa;       ///< the tiled kernels' variant (quant::gemm_isa_name()) or "scalar"
 };
-/// The int8 multiply-add peak of the instruction the tiled kernels use on this CPU, measured
-/// with a register-only loop (12 independent accumulators) on every thread of `pool` for about
-/// `seconds`.
+/// The int8 multiply-add peak of the instruction the tiled kernels use now (512-bit or 256-bit
+/// dpbusd, or AVX2 maddubs + madd), measured with a register-only loop (12 independent
+/// accumulators) on every thread of `pool` for about `seconds`.
 Int8Peak int8_peak(ThreadPool& pool, double seconds = 0.2);
 
 }  // namespace larql::compute

@@ -56,4 +56,18 @@ __attribute__((target("avxvnni"))) int64_t int8_loop_avxvnni(int64_t iters) {
   return _mm256_extract_epi32(s, 0);
 }
 
+__attribute__((target("avx512f,avx512vnni"))) int64_t int8_loop_avx512vnni(int64_t iters) {
+  __m512i acc[12];
+  for (auto& a : acc) a = _mm512_setzero_si512();
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (int64_t i = 0; i < iters; ++i) {
+    __m512i ai = a;
+    asm volatile("" : "+v"(ai));
+    for (auto& x : acc) x = _mm512_dpbusd_epi32(x, ai, b);
+  }
+  __m512i s = acc[0];
+  for (int k = 1; k < 12; ++k) s = _mm512_add_epi32(s, acc[k]);
+  return _mm_cvtsi128_si32(_mm512_castsi512_si128(s));
+}
+
 }  // namespace larql::compute::detail

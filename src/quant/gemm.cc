@@ -26,11 +26,14 @@ const Variant kVariants[] = {
 };
 constexpr int kNumVariants = 3;
 
+// Whether variant i can run now: the CPU has it and the active ISA allows it. A lowered ISA
+// (LARQL_ISA, set_isa) runs only that level's plain kernels, as a CPU without VNNI would.
 bool cpu_has(int i) {
+  const Isa a = active_isa();
   switch (i) {
-    case 0: return cpu_has_avx512vnni() && detect_isa() >= Isa::AVX2;
-    case 1: return cpu_has_avxvnni() && detect_isa() >= Isa::AVX2;
-    default: return detect_isa() >= Isa::AVX2;
+    case 0: return cpu_has_avx512vnni() && a >= Isa::AVX512;
+    case 1: return cpu_has_avxvnni() && a >= Isa::AVX2 && a == detect_isa();
+    default: return a >= Isa::AVX2;
   }
 }
 
@@ -41,13 +44,11 @@ std::atomic<int>& chosen() {  // index into kVariants; -1: the best available
 
 const Variant* current() {
   if (active_isa() < Isa::AVX2) return nullptr;
-  static const int best = [] {
-    for (int i = 0; i < kNumVariants; ++i)
-      if (cpu_has(i)) return i;
-    return kNumVariants - 1;
-  }();
   const int c = chosen().load(std::memory_order_relaxed);
-  return &kVariants[c >= 0 ? c : best];
+  if (c >= 0 && cpu_has(c)) return &kVariants[c];
+  for (int i = 0; i < kNumVariants; ++i)
+    if (cpu_has(i)) return &kVariants[i];
+  return &kVariants[kNumVariants - 1];
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ bool gemm_supported(DType w);
 /// every type (no AVX2, or the active ISA lowered to scalar).
 const char* gemm_isa_name();
 
-/// The variants this CPU can run, best first (empty without AVX2).
+/// The variants that can run now, best first (empty without AVX2): the CPU's, limited by the
+/// active ISA (avx512-vnni needs Isa::AVX512; a lowered ISA allows only plain avx2).
 std::vector<std::string> gemm_variants();
 /// For tests and benchmarks: use variant `name` (one of gemm_variants()), or the best one for
 /// "". Returns false (changing nothing) for a name this CPU cannot run. Results are

@@ -12,13 +12,17 @@
 
 namespace larql::quant {
 
-/// Instruction sets with kernels. Ordered: a later one implies the earlier ones.
+/// Instruction sets with kernels. Ordered: a later one implies the earlier ones. AVX2 means
+/// AVX2 + FMA + F16C + BMI2; AVX512 means AVX-512 F/BW/VL/DQ with VNNI (512-bit tiled kernels
+/// and attention; the row kernels are AVX2's).
 enum class Isa { Scalar = 0, AVX2 = 1, AVX512 = 2 };
 const char* isa_name(Isa isa);
 /// Best ISA this CPU supports (and we have kernels for).
 Isa detect_isa();
-/// ISA used by vec_dot() now (starts at detect_isa(); the LARQL_ISA=scalar|avx2|avx512
-/// environment variable, read once at start-up, can lower it for debugging).
+/// ISA used by the kernels now (starts at detect_isa(); the LARQL_ISA=scalar|avx2|avx512
+/// environment variable, read once at start-up, can lower it for debugging and for measuring a
+/// lesser CPU: below detect_isa() only that level's plain kernels run, no VNNI; see
+/// quant/gemm.h).
 Isa active_isa();
 /// Force an ISA (clamped to detect_isa()). For tests and benchmarks.
 void set_isa(Isa isa);
