@@ -7,7 +7,7 @@ PROMPT ?= Once upon a time, in a small village by the sea,
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-cpp test-python fuzz bench clean
+.PHONY: all setup build demo test test-cpp test-python fuzz bench bench-kernels clean
 
 all: build
 
@@ -36,6 +36,11 @@ test: setup build test-cpp fuzz test-python
 
 bench: setup build
 	.venv/bin/python bench/side_by_side.py --larql ./$(BUILD)/larql --model $(MODEL)
+
+# Kernel microbenchmarks (Google Benchmark); BENCH_ARGS passes flags, e.g. --benchmark_filter=Gemm.
+bench-kernels: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target larql_kernel_bench
+	./$(BUILD)/larql_kernel_bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)

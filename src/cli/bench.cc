@@ -17,6 +17,7 @@
 #include "accuracy/accuracy.h"
 #include "cli/common.h"
 #include "cli/progress.h"
+#include "compute/roofline.h"
 #include "formats/gguf.h"
 #include "inference/sampler.h"
 #include "kv/registry.h"
@@ -29,8 +30,26 @@ struct BenchArgs {
   std::string model, engines = "standard";
   int64_t prompt_tokens = 512, decode_tokens = 128;
   int threads = 0;
-  bool json = false;
+  bool json = false, roofline = false;
 };
+
+// Weight bytes one decode step reads: every layer matrix and the lm_head (tied or not).
+double decode_bytes_per_token(const ModelWeights& w) {
+  double b = static_cast<double>(w.lm_head.rows) * w.lm_head.row_bytes;
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      b += static_cast<double>(t->rows) * t->row_bytes;
+  return b;
+}
+
+// int8 operations (2 per multiply-add) of one prompt token through the layer matrices.
+double prefill_ops_per_token(const ModelWeights& w) {
+  double ops = 0;
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      ops += 2.0 * static_cast<double>(t->rows) * t->cols;
+  return ops;
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -136,10 +155,31 @@ void run(const BenchArgs& a) {
     rows.push_back(r);
   }
 
+  // Roofline: measured after the engines ran; the peak RSS is taken before its probe buffer.
+  const size_t peak_rss = peak_rss_bytes();
+  nlohmann::json roof;
+  if (a.roofline) {
+    const double bw = compute::read_bandwidth(l.forward->pool());
+    const compute::Int8Peak peak = compute::int8_peak(l.forward->pool());
+    const double bytes = decode_bytes_per_token(l.model->weights()), ops = prefill_ops_per_token(l.model->weights());
+    roof = {{"read_bytes_per_s", bw}, {"decode_bytes_per_token", bytes}, {"decode_bound_tok_s", bw / bytes},
+            {"int8_ops_per_s", peak.ops_per_s}, {"int8_isa", peak.isa}, {"prefill_ops_per_token", ops},
+            {"prefill_bound_tok_s", peak.ops_per_s > 0 ? peak.ops_per_s / ops : 0.0}};
+    nlohmann::json per = nlohmann::json::array();
+    for (const Row& r : rows) {
+      if (!r.error.empty()) continue;
+      per.push_back({{"engine", r.engine},
+                     {"decode_fraction_of_bound", r.decode_tok_s * bytes / bw},
+                     {"prefill_fraction_of_int8_peak", peak.ops_per_s > 0 ? r.prefill_tok_s * ops / peak.ops_per_s : 0.0}});
+    }
+    roof["engines"] = per;
+  }
+
   if (a.json) {
     nlohmann::json out = {{"model", l.model->path()}, {"prompt_tokens", a.prompt_tokens},
                           {"decode_tokens", steps}, {"threads", l.forward->pool().size()},
-                          {"peak_rss_bytes", peak_rss_bytes()}, {"model_bytes", l.model->file().file_size()}};
+                          {"peak_rss_bytes", peak_rss}, {"model_bytes", l.model->file().file_size()}};
+    if (a.roofline) out["roofline"] = roof;
     nlohmann::json list = nlohmann::json::array();
     for (const Row& r : rows) {
       if (!r.error.empty()) {
@@ -177,8 +217,20 @@ void run(const BenchArgs& a) {
                 r.decode_tok_s, r.ms_per_token, r.hot / 1048576.0, r.cold / 1048576.0, r.state_file / 1048576.0,
                 r.mean_kl, 100 * r.top1);
   }
-  std::printf("peak RSS %.1f MiB (model file %.1f MiB)\n", peak_rss_bytes() / 1048576.0,
+  std::printf("peak RSS %.1f MiB (model file %.1f MiB)\n", peak_rss / 1048576.0,
               l.model->file().file_size() / 1048576.0);
+  if (a.roofline) {
+    const double bw = roof["read_bytes_per_s"], bytes = roof["decode_bytes_per_token"];
+    const double peak = roof["int8_ops_per_s"], ops = roof["prefill_ops_per_token"];
+    std::printf("roofline (%d threads): read %.1f GB/s; decode reads %.1f MB/token -> at most %.1f tok/s\n",
+                l.forward->pool().size(), bw / 1e9, bytes / 1e6, bw / bytes);
+    std::printf("          int8 peak %.0f GOP/s (%s); prefill %.2f GOP/token in the matrices -> at most %.0f tok/s\n",
+                peak / 1e9, roof["int8_isa"].get<std::string>().c_str(), ops / 1e9, peak > 0 ? peak / ops : 0.0);
+    for (const auto& e : roof["engines"])
+      std::printf("%-*s decode %5.1f%% of the bandwidth bound, prefill %5.1f%% of the int8 peak\n", w,
+                  e["engine"].get<std::string>().c_str(), 100.0 * e["decode_fraction_of_bound"].get<double>(),
+                  100.0 * e["prefill_fraction_of_int8_peak"].get<double>());
+  }
 }
 
 }  // namespace
@@ -193,6 +245,9 @@ void register_bench(CLI::App& app) {
   add_int_flag(s, "--decode-tokens", a->decode_tokens, 1, INT32_MAX, "tokens to decode,");
   add_threads_flag(s, a->threads);
   s->add_flag("--json", a->json, "one JSON object");
+  s->add_flag("--roofline", a->roofline,
+              "also measure read bandwidth and the int8 peak with these threads; print decode as a fraction of "
+              "bytes-read / bandwidth and prefill as a fraction of the int8 peak");
   s->callback([a] { run(*a); });
 }
 

@@ -11,34 +11,70 @@
 namespace larql::compute {
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const SimdKernels& k = simd_kernels();
+  const double ss = k.sum_squares(x, n);
   const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+  k.scale_mul(x, scale, w, y, n);
 }
 
 void rmsnorm_rows(float* x, const float* w, int64_t rows, int64_t n, float eps) {
   for (int64_t r = 0; r < rows; ++r) rmsnorm(x + r * n, w, x + r * n, n, eps);
 }
 
-void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base,
-               double freq_scale) {
+namespace {
+
+// cos/sin of every rotation angle at one position: row[i] = cos theta_i, row[half + i] =
+// sin theta_i, computed exactly as rope_neox defines them (double, then rounded to float).
+void rope_angles(int64_t pos, int64_t head_dim, double base, double freq_scale, float* row) {
   const int64_t half = head_dim / 2;
-  float cs[512], sn[512];
-  float* c = cs;
-  float* s = sn;
-  std::vector<float> big;
-  if (half > 512) {
-    big.resize(static_cast<size_t>(2 * half));
-    c = big.data();
-    s = big.data() + half;
-  }
   const double p = static_cast<double>(pos) * freq_scale;
   for (int64_t i = 0; i < half; ++i) {
     const double theta = p * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    c[i] = static_cast<float>(std::cos(theta));
-    s[i] = static_cast<float>(std::sin(theta));
+    row[i] = static_cast<float>(std::cos(theta));
+    row[half + i] = static_cast<float>(std::sin(theta));
   }
+}
+
+// Positions below this are served from a per-thread table per (base, scale, head_dim), filled on
+// first use (a model's layers share one or two bases; q and k share the position): the same
+// values, computed once. Up to head_dim floats per position and table.
+constexpr int64_t kRopeTablePositions = 8192;
+
+const float* rope_table_row(int64_t pos, int64_t head_dim, double base, double freq_scale) {
+  struct Table {
+    double base, scale;
+    int64_t head_dim, rows;
+    std::vector<float> v;
+  };
+  thread_local std::vector<Table> tables;
+  if (pos >= kRopeTablePositions) return nullptr;
+  Table* t = nullptr;
+  for (auto& x : tables)
+    if (x.base == base && x.scale == freq_scale && x.head_dim == head_dim) t = &x;
+  if (t == nullptr) t = &tables.emplace_back(Table{base, freq_scale, head_dim, 0, {}});
+  if (pos >= t->rows) {
+    const int64_t rows = std::min(kRopeTablePositions, std::max<int64_t>({pos + 1, 2 * t->rows, 64}));
+    t->v.resize(static_cast<size_t>(rows * head_dim));
+    for (int64_t r = t->rows; r < rows; ++r) rope_angles(r, head_dim, base, freq_scale, t->v.data() + r * head_dim);
+    t->rows = rows;
+  }
+  return t->v.data() + pos * head_dim;
+}
+
+}  // namespace
+
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base,
+               double freq_scale) {
+  const int64_t half = head_dim / 2;
+  const float* cs = rope_table_row(pos, head_dim, base, freq_scale);
+  std::vector<float> own;
+  if (cs == nullptr) {
+    own.resize(static_cast<size_t>(head_dim));
+    rope_angles(pos, head_dim, base, freq_scale, own.data());
+    cs = own.data();
+  }
+  const float* c = cs;
+  const float* s = cs + half;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
     for (int64_t i = 0; i < half; ++i) {
@@ -51,15 +87,9 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double 
 
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
-  float m = x[0];
-  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - m);
-    sum += x[i];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  const SimdKernels& k = simd_kernels();
+  k.exp_shifted(x, k.max(x, n), x, n);
+  k.scale(x, static_cast<float>(1.0 / k.sum(x, n)), x, n);
 }
 
 float gelu_tanh(float x) {
@@ -68,76 +98,170 @@ float gelu_tanh(float x) {
 }
 
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+  simd_kernels().gelu_tanh_mul(gate, up, out, n);
+}
+
+void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
+  constexpr int64_t kGrain = 16384;  // below this a thread meeting costs more than it saves
+  if (n < 2 * kGrain) return gelu_tanh_mul(gate, up, out, n);
+  pool.parallel_for(
+      n, [&](int64_t b, int64_t e) { simd_kernels().gelu_tanh_mul(gate + b, up + b, out + b, e - b); }, kGrain);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) { simd_kernels().axpy(a, x, y, n); }
 float dot_f32(const float* x, const float* y, int64_t n) { return simd_kernels().dot(x, y, n); }
 
-void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tokens, float* y) {
-  const DType act_type = quant::vec_dot_type(w.type);
-  const int64_t cols = w.cols;
-  const void* act = x;
-  size_t act_row_bytes = static_cast<size_t>(cols) * sizeof(float);
-  std::vector<uint8_t> qbuf;
-  if (act_type != DType::F32) {
-    const auto rb = row_bytes(act_type, static_cast<uint64_t>(cols));
-    if (!rb) {
-      throw Error(ErrorKind::Unsupported, std::string("matmul: row length ") + std::to_string(cols) +
-                                              " is not a multiple of the " + dtype_name(act_type) +
-                                              " block size");
-    }
-    act_row_bytes = *rb;
-    qbuf.resize(act_row_bytes * static_cast<size_t>(n_tokens));
-    for (int64_t t = 0; t < n_tokens; ++t)
-      quant::quantize_row(act_type, x + t * cols, qbuf.data() + t * act_row_bytes, cols);
-    act = qbuf.data();
+void Activations::reset(const float* x, int64_t n, int64_t cols) {
+  x_ = x;
+  n_ = n;
+  cols_ = cols;
+  q8_0_.ready = false;
+  q8_k_.ready = false;
+}
+
+const quant::GemmActs& Activations::quantised(ThreadPool& pool, DType type) {
+  Slot& s = type == DType::Q8_0 ? q8_0_ : q8_k_;
+  if (s.ready) return s.acts;
+  const auto rb = row_bytes(type, static_cast<uint64_t>(cols_));
+  if (!rb || (type != DType::Q8_0 && type != DType::Q8_K))
+    throw Error(ErrorKind::Unsupported, std::string("matmul: row length ") + std::to_string(cols_) +
+                                            " is not a multiple of the " + dtype_name(type) + " block size");
+  const size_t row_bytes = *rb;
+  s.rows.resize(row_bytes * static_cast<size_t>(n_));
+  quant::GemmActs& a = s.acts;
+  a = quant::GemmActs{type, cols_, n_, s.rows.data(), row_bytes, nullptr, nullptr};
+  const bool extras = type == DType::Q8_0;
+  const int64_t nb = cols_ / 32;
+  if (extras) {
+    s.scale.resize(static_cast<size_t>(n_ * nb));
+    s.sum.resize(static_cast<size_t>(n_ * nb));
   }
-  const uint8_t* a = static_cast<const uint8_t*>(act);
-  // Tile: a block of weight rows stays in L1 while every token's activation streams past it.
-  constexpr int64_t kRowTile = 16;
-  // Prefill: 4/5-bit rows are re-encoded losslessly as Q8_0 once per tile and reused for every
-  // token (the Q8_0 kernel is much faster than unpacking nibbles per token).
-  constexpr int64_t kRepackMinTokens = 4;
-  const bool repack = n_tokens >= kRepackMinTokens && (w.type == DType::Q4_0 || w.type == DType::Q5_0);
-  const quant::VecDotFn dot = quant::vec_dot_fn(repack ? DType::Q8_0 : w.type);
-  const quant::VecDot4Fn dot4 = quant::vec_dot4_fn(repack ? DType::Q8_0 : w.type);
-  const size_t q8_row_bytes = repack ? *row_bytes(DType::Q8_0, static_cast<uint64_t>(cols)) : 0;
-  const int64_t rows = w.rows;
-  pool.parallel_for(
-      rows,
-      [&](int64_t r0, int64_t r1) {
-        thread_local std::vector<uint8_t> tile;
-        if (repack && tile.size() < q8_row_bytes * kRowTile) tile.resize(q8_row_bytes * kRowTile);
-        for (int64_t rb = r0; rb < r1; rb += kRowTile) {
-          const int64_t re = std::min(r1, rb + kRowTile);
-          if (repack)
-            for (int64_t r = rb; r < re; ++r)
-              quant::repack_to_q8_0(w.type, w.row(r), tile.data() + (r - rb) * q8_row_bytes, cols);
-          int64_t t = 0;
-          if (dot4 != nullptr) {
-            float o[4];
-            for (; t + 4 <= n_tokens; t += 4) {
-              const void* at4[4];
-              for (int k = 0; k < 4; ++k) at4[k] = a + static_cast<size_t>(t + k) * act_row_bytes;
-              for (int64_t r = rb; r < re; ++r) {
-                dot4(cols, repack ? tile.data() + (r - rb) * q8_row_bytes : w.row(r), at4, o);
-                for (int k = 0; k < 4; ++k) y[(t + k) * rows + r] = o[k];
-              }
-            }
-          }
-          for (; t < n_tokens; ++t) {
-            const uint8_t* at = a + static_cast<size_t>(t) * act_row_bytes;
-            float* yt = y + t * rows;
-            if (repack) {
-              for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, tile.data() + (r - rb) * q8_row_bytes, at);
-            } else {
-              for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, w.row(r), at);
-            }
-          }
-        }
-      },
-      kRowTile);
+  auto work = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      quant::quantize_row(type, x_ + t * cols_, s.rows.data() + static_cast<size_t>(t) * row_bytes, cols_);
+    if (extras) {
+      quant::GemmActs part = a;
+      part.rows = a.rows + static_cast<size_t>(t0) * row_bytes;
+      part.n = t1 - t0;
+      quant::prepare_gemm_acts(part, s.scale.data() + t0 * nb, s.sum.data() + t0 * nb);
+    }
+  };
+  // Quantising is cheap per row: split only batches worth a thread meeting.
+  if (n_ >= 8) {
+    pool.parallel_for(n_, work);
+  } else {
+    work(0, n_);
+  }
+  if (extras) {
+    a.scale = s.scale.data();
+    a.sum = s.sum.data();
+  }
+  s.ready = true;
+  return a;
+}
+
+namespace {
+
+// Tokens from which the tiled kernels beat one row kernel call per (row, token).
+constexpr int64_t kGemmMinTokens = 4;
+// Row kernel path: a tile of weight rows stays in L1 while every token's activation streams past.
+constexpr int64_t kRowTile = 16;
+
+// One weight's part of a pass over the pool: `units` work items, GEMM panels of kGemmRows rows
+// or row tiles of kRowTile rows.
+struct Job {
+  const TensorView* w = nullptr;
+  float* y = nullptr;
+  int64_t n_tokens = 0, units = 0;
+  const quant::GemmActs* gemm = nullptr;  // tiled path when set
+  const quant::GemmActs* gemv = nullptr;  // decode path with prepared activations when set
+  const uint8_t* act = nullptr;           // row path: activation rows
+  size_t act_row_bytes = 0;
+  quant::VecDotFn dot = nullptr;
+
+  void run(int64_t u0, int64_t u1) const {
+    const int64_t rows = w->rows, cols = w->cols;
+    if (gemm != nullptr) {
+      quant::gemm(w->type, cols, w->data, w->row_bytes, u0 * quant::kGemmRows, std::min(rows, u1 * quant::kGemmRows),
+                  *gemm, y, rows);
+      return;
+    }
+    if (gemv != nullptr) {
+      quant::gemv(w->type, cols, w->data, w->row_bytes, u0 * kRowTile, std::min(rows, u1 * kRowTile), *gemv, y, rows);
+      return;
+    }
+    for (int64_t rb = u0 * kRowTile; rb < std::min(rows, u1 * kRowTile); rb += kRowTile) {
+      const int64_t re = std::min(rows, rb + kRowTile);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const uint8_t* at = act + static_cast<size_t>(t) * act_row_bytes;
+        float* yt = y + t * rows;
+        for (int64_t r = rb; r < re; ++r) yt[r] = dot(cols, w->row(r), at);
+      }
+    }
+  }
+};
+
+// Checks, quantises (in the calling thread, so nothing throws inside a worker) and picks the path.
+Job plan(ThreadPool& pool, const TensorView& w, Activations& x, float* y) {
+  const DType act_type = quant::vec_dot_type(w.type);
+  if (x.cols() != w.cols)
+    throw Error(ErrorKind::InvalidArgument, "matmul: activation rows have " + std::to_string(x.cols()) +
+                                                " columns, the weight has " + std::to_string(w.cols));
+  Job j;
+  j.w = &w;
+  j.y = y;
+  j.n_tokens = x.n();
+  j.dot = quant::vec_dot_fn(w.type);  // Error{Unsupported} for a type without a kernel
+  if (act_type == DType::F32) {
+    j.act = reinterpret_cast<const uint8_t*>(x.x());
+    j.act_row_bytes = static_cast<size_t>(w.cols) * sizeof(float);
+  } else {
+    const quant::GemmActs& a = x.quantised(pool, act_type);
+    if (x.n() >= kGemmMinTokens && quant::gemm_supported(w.type)) {
+      j.gemm = &a;
+    } else if (quant::gemv_supported(w.type)) {
+      j.gemv = &a;
+    }
+    j.act = a.rows;
+    j.act_row_bytes = a.row_bytes;
+  }
+  const int64_t unit = j.gemm != nullptr ? quant::kGemmRows : kRowTile;
+  j.units = (w.rows + unit - 1) / unit;
+  return j;
+}
+
+// All jobs' units in one parallel_for: one thread meeting for several weights.
+void run_jobs(ThreadPool& pool, const Job* jobs, size_t n_jobs) {
+  int64_t total = 0;
+  for (size_t i = 0; i < n_jobs; ++i) total += jobs[i].units;
+  pool.parallel_for(total, [&](int64_t b, int64_t e) {
+    int64_t off = 0;
+    for (size_t i = 0; i < n_jobs && off < e; off += jobs[i].units, ++i) {
+      const int64_t u0 = std::max(b, off), u1 = std::min(e, off + jobs[i].units);
+      if (u0 < u1) jobs[i].run(u0 - off, u1 - off);
+    }
+  });
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const TensorView& w, Activations& x, float* y) {
+  const Job j = plan(pool, w, x, y);
+  run_jobs(pool, &j, 1);
+}
+
+void matmul_many(ThreadPool& pool, Activations& x, std::initializer_list<MatmulOut> outs) {
+  Job jobs[8];
+  if (outs.size() > 8) throw Error(ErrorKind::InvalidArgument, "matmul_many: more than 8 weights");
+  size_t n = 0;
+  for (const MatmulOut& o : outs) jobs[n++] = plan(pool, o.w, x, o.y);
+  run_jobs(pool, jobs, n);
+}
+
+void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tokens, float* y) {
+  Activations a;
+  a.reset(x, n_tokens, w.cols);
+  matmul(pool, w, a, y);
 }
 
 }  // namespace larql::compute

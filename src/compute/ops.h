@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "compute/tensor.h"
+#include "quant/gemm.h"
 #include "util/thread_pool.h"
 
 namespace larql::compute {
@@ -21,29 +23,79 @@ void rmsnorm_rows(float* x, const float* w, int64_t rows, int64_t n, float eps);
 /// as in Su et al. 2021 "RoFormer" and HF's rotate_half. Applied in place to `n_heads` heads of
 /// `head_dim` values at absolute position `pos`.
 /// theta_i = (pos * freq_scale) * base^(-2i/head_dim); freq_scale = 1/factor for linear scaling.
-/// Angles are computed in double, then rounded to float.
+/// Angles are computed in double, then rounded to float; positions below 8192 are served from a
+/// per-thread table of those same values (filled once per base, scale and head_dim).
 void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base,
                double freq_scale);
 
-/// Numerically stable softmax in place over n values (max subtracted; sum in double).
+/// Numerically stable softmax in place over n values (max subtracted; exp by the SIMD Cephes
+/// polynomial, ~1 ulp; sum in double, in a fixed order for a given n).
 void softmax(float* x, int64_t n);
 
 /// GELU, tanh approximation (Hendrycks & Gimpel 2016):
 /// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 float gelu_tanh(float x);
 
-/// out[i] = gelu_tanh(gate[i]) * up[i] for n values.
+/// out[i] = gelu_tanh(gate[i]) * up[i] for n values, vectorised: gelu_tanh evaluated as
+/// x / (1 + exp(-2u)) with the SIMD exp (the same function; within ~2e-7 relative of
+/// gelu_tanh). Each output depends on its own inputs alone (not on n or its position).
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
+/// The same, split across the pool for long inputs (prefill); identical outputs.
+void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
 
 /// y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);
 /// sum x[i] * y[i] (f32 accumulate, SIMD)
 float dot_f32(const float* x, const float* y, int64_t n);
 
+/// Activation rows for matmul: x [n, cols] f32 and its 8-bit quantisations (quant::vec_dot_type
+/// of the weights: Q8_0 or Q8_K), each made on first use and reused by every matmul on the same
+/// input, so q/k/v (and gate/up) quantise their shared input once. reset() keeps the buffers, so a
+/// reused object allocates nothing once it has seen its largest input. `x` must stay valid and
+/// unchanged until the next reset().
+class Activations {
+ public:
+  void reset(const float* x, int64_t n, int64_t cols);
+  const float* x() const { return x_; }
+  int64_t n() const { return n_; }
+  int64_t cols() const { return cols_; }
+  /// The rows quantised to `type` (Q8_0 or Q8_K; rows split across the pool), with the extras
+  /// the tiled kernels need. Errors: Error{Unsupported} if cols is not a multiple of the
+  /// format's block size.
+  const quant::GemmActs& quantised(ThreadPool& pool, DType type);
+
+ private:
+  struct Slot {
+    bool ready = false;
+    std::vector<uint8_t> rows;
+    std::vector<float> scale;
+    std::vector<int32_t> sum;
+    quant::GemmActs acts;
+  };
+  const float* x_ = nullptr;
+  int64_t n_ = 0, cols_ = 0;
+  Slot q8_0_, q8_k_;
+};
+
 /// Y[t, r] = sum_c W[r, c] * X[t, c] for t < n_tokens, r < W.rows.
 /// X: [n_tokens, W.cols] f32, Y: [n_tokens, W.rows] f32. X is quantised once to the weight's
-/// activation format (quant::vec_dot_type), then rows are split across the pool.
+/// activation format (quant::vec_dot_type), then rows are split across the pool. With several
+/// tokens and a tiled kernel for W.type (quant/gemm.h) the rows go through it in panels; every
+/// output is bit-identical to the one-token path, so batching never changes a result, and the
+/// split across threads never changes one either.
 /// Errors: Error{Unsupported} if W.type has no kernel.
 void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tokens, float* y);
+/// As above, for activations shared between several weights (quantised once).
+void matmul(ThreadPool& pool, const TensorView& w, Activations& x, float* y);
+
+/// One weight of matmul_many and where its output goes ([x.n(), w.rows]).
+struct MatmulOut {
+  const TensorView& w;
+  float* y;
+};
+/// Several weights reading the same input (q/k/v; gate/up) in one pass over the pool: one thread
+/// meeting instead of one per weight; every output exactly as matmul() gives it. At most 8.
+/// Errors: as matmul, raised before any work starts.
+void matmul_many(ThreadPool& pool, Activations& x, std::initializer_list<MatmulOut> outs);
 
 }  // namespace larql::compute

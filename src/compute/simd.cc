@@ -1,5 +1,8 @@
 #include "compute/simd.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "quant/quant.h"
 
 namespace larql::compute {
@@ -14,7 +17,48 @@ float dot_scalar(const float* x, const float* y, int64_t n) {
   return s;
 }
 
-const SimdKernels kScalar{axpy_scalar, dot_scalar};
+// Scalar versions: the same formulas through libm (not bit-identical to the AVX2 ones, but each
+// element depends on its input alone).
+void exp_shifted_scalar(const float* x, float shift, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = x[i] - shift;
+    y[i] = z > 88.0f ? INFINITY : std::exp(std::max(-88.0f, z));
+  }
+}
+void gelu_tanh_mul_scalar(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float m2u = -2.0f * 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    out[i] = x / (1.0f + (m2u > 88.0f ? INFINITY : std::exp(m2u))) * up[i];
+  }
+}
+
+double sum_squares_scalar(const float* x, int64_t n) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
+}
+void scale_mul_scalar(const float* x, float s, const float* w, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s * w[i];
+}
+
+double sum_scalar(const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+float max_scalar(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+void scale_scalar(const float* x, float s, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+
+const SimdKernels kScalar{axpy_scalar,        dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar,
+                          sum_squares_scalar, scale_mul_scalar, sum_scalar,   max_scalar,
+                          scale_scalar};
 
 }  // namespace
 

@@ -8,6 +8,24 @@ namespace larql::compute {
 struct SimdKernels {
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   float (*dot)(const float* x, const float* y, int64_t n);
+  /// y[i] = exp(x[i] - shift) (Cephes expf polynomial, ~1 ulp; 0 below about -87.3, +inf
+  /// above 88). Each y[i] depends on x[i] alone, never on its position (tails run the same
+  /// vector code), so batching cannot change a value.
+  void (*exp_shifted)(const float* x, float shift, float* y, int64_t n);
+  /// out[i] = gelu_tanh(gate[i]) * up[i], gelu_tanh(x) computed as x / (1 + exp(-2u)),
+  /// u = sqrt(2/pi) (x + 0.044715 x^3) (the same function: 0.5 (1 + tanh u) = 1 / (1 + e^-2u)).
+  /// Position-independent like exp_shifted.
+  void (*gelu_tanh_mul)(const float* gate, const float* up, float* out, int64_t n);
+  /// sum x[i]^2 in double (a fixed order for a given n).
+  double (*sum_squares)(const float* x, int64_t n);
+  /// y[i] = (x[i] * s) * w[i] (two float roundings, as the scalar expression).
+  void (*scale_mul)(const float* x, float s, const float* w, float* y, int64_t n);
+  /// sum x[i] in double (a fixed order for a given n).
+  double (*sum)(const float* x, int64_t n);
+  /// max x[i], n >= 1 (exact: any order gives the same value).
+  float (*max)(const float* x, int64_t n);
+  /// y[i] = x[i] * s.
+  void (*scale)(const float* x, float s, float* y, int64_t n);
 };
 
 const SimdKernels& simd_kernels();

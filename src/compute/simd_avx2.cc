@@ -1,6 +1,8 @@
 // AVX2+FMA f32 kernels; only called when CPUID reports AVX2 (see simd.cc).
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "compute/simd.h"
 
 namespace larql::compute {
@@ -31,7 +33,132 @@ float dot_avx2(const float* x, const float* y, int64_t n) {
   return s;
 }
 
-const SimdKernels kAvx2{axpy_avx2, dot_avx2};
+// Cephes expf (S. L. Moshier, cephes/single/expf.c): exp(x) = 2^n exp(r), n = round(x log2 e),
+// r = x - n ln 2 with ln 2 in two parts, exp(r) by a degree-7 polynomial. ~1 ulp on the range.
+// Results: 0 below about -87.3 (no denormals), +inf above 88.
+inline __m256 exp256(__m256 x_in) {
+  const __m256 hi = _mm256_set1_ps(88.0f);
+  const __m256 x = _mm256_min_ps(_mm256_max_ps(x_in, _mm256_set1_ps(-88.0f)), hi);
+  const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_blendv_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), _mm256_set1_ps(INFINITY),
+                          _mm256_cmp_ps(x_in, hi, _CMP_GT_OQ));
+}
+
+// Runs f on 8 lanes at a time; the tail goes through an 8-lane buffer so that every element
+// sees exactly the same instructions wherever it sits.
+template <typename F>
+inline void map8(int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) f(i, 8);
+  if (i < n) f(i, static_cast<int>(n - i));
+}
+inline __m256 load_part(const float* p, int k) {
+  if (k == 8) return _mm256_loadu_ps(p);
+  alignas(32) float b[8] = {};
+  for (int j = 0; j < k; ++j) b[j] = p[j];
+  return _mm256_load_ps(b);
+}
+inline void store_part(float* p, __m256 v, int k) {
+  if (k == 8) return _mm256_storeu_ps(p, v);
+  alignas(32) float b[8];
+  _mm256_store_ps(b, v);
+  for (int j = 0; j < k; ++j) p[j] = b[j];
+}
+
+void exp_shifted_avx2(const float* x, float shift, float* y, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  map8(n, [&](int64_t i, int k) { store_part(y + i, exp256(_mm256_sub_ps(load_part(x + i, k), s)), k); });
+}
+
+void gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  const __m256 c = _mm256_set1_ps(-2.0f * 0.7978845608028654f), a = _mm256_set1_ps(0.044715f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  map8(n, [&](int64_t i, int k) {
+    const __m256 x = load_part(gate + i, k);
+    // -2u = -2 sqrt(2/pi) (x + 0.044715 x^3)
+    const __m256 m2u = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(a, x), _mm256_mul_ps(x, x), x));
+    const __m256 g = _mm256_div_ps(x, _mm256_add_ps(one, exp256(m2u)));
+    store_part(out + i, _mm256_mul_ps(g, load_part(up + i, k)), k);
+  });
+}
+
+// Four double accumulators of 4 lanes over 16 floats, then a fixed pairwise sum; scalar tail.
+double sum_squares_avx2(const float* x, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), a2 = _mm256_setzero_pd(), a3 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    const __m256d x2 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 8)), x3 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 12));
+    a0 = _mm256_fmadd_pd(x0, x0, a0);
+    a1 = _mm256_fmadd_pd(x1, x1, a1);
+    a2 = _mm256_fmadd_pd(x2, x2, a2);
+    a3 = _mm256_fmadd_pd(x3, x3, a3);
+  }
+  const __m256d a = _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3));
+  __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  double s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+void scale_mul_avx2(const float* x, float s, const float* w, float* y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+  for (; i < n; ++i) y[i] = x[i] * s * w[i];
+}
+
+// Two double accumulators of 4 lanes over 8 floats, then a fixed pairwise sum; scalar tail.
+double sum_avx2(const float* x, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+  }
+  const __m256d a = _mm256_add_pd(a0, a1);
+  __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  double s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+float max_avx2(const float* x, int64_t n) {
+  float m = x[0];
+  int64_t i = 0;
+  if (n >= 8) {
+    __m256 v = _mm256_loadu_ps(x);
+    for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    m = _mm_cvtss_f32(h);
+  }
+  for (; i < n; ++i) m = m < x[i] ? x[i] : m;
+  return m;
+}
+
+void scale_avx2(const float* x, float s, float* y, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+  for (; i < n; ++i) y[i] = x[i] * s;
+}
+
+const SimdKernels kAvx2{axpy_avx2,        dot_avx2,       exp_shifted_avx2, gelu_tanh_mul_avx2,
+                        sum_squares_avx2, scale_mul_avx2, sum_avx2,         max_avx2,
+                        scale_avx2};
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "compute/attention.h"
 #include "compute/ops.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -48,12 +49,15 @@ const float* Forward::attn_input(int64_t li, const float* x, int64_t n) {
   return h.data();
 }
 
-void Forward::project_kv(int64_t li, const float* h, int64_t n, int64_t pos0, float* k, float* v) {
+void Forward::project_kv(int64_t li, int64_t n, int64_t pos0, float* q, float* k, float* v) {
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
-  compute::matmul(pool_, w.wk, h, n, k);
-  compute::matmul(pool_, w.wv, h, n, v);
+  if (q != nullptr) {
+    compute::matmul_many(pool_, acts_, {{w.wq, q}, {w.wk, k}, {w.wv, v}});
+  } else {
+    compute::matmul_many(pool_, acts_, {{w.wk, k}, {w.wv, v}});
+  }
   for (int64_t t = 0; t < n; ++t) {
     float* kt = k + t * c.kv_dim();
     if (c.qk_norm) compute::rmsnorm_rows(kt, w.k_norm.data(), c.n_kv_heads, c.head_dim, c.norm_eps);
@@ -66,9 +70,8 @@ void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q,
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
-  const float* h = attn_input(li, x, n);
-  compute::matmul(pool_, w.wq, h, n, q);
-  project_kv(li, h, n, pos0, k, v);
+  acts_.reset(attn_input(li, x, n), n, c.hidden);
+  project_kv(li, n, pos0, q, k, v);
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q + t * c.q_dim();
     if (c.qk_norm) compute::rmsnorm_rows(qt, w.q_norm.data(), c.n_heads, c.head_dim, c.norm_eps);
@@ -78,7 +81,8 @@ void Forward::qkv(int64_t li, const float* x, int64_t n, int64_t pos0, float* q,
 
 void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v) {
   const profile::Scope prof(profile::Stage::Qkv);
-  project_kv(li, attn_input(li, x, n), n, pos0, k, v);
+  acts_.reset(attn_input(li, x, n), n, config().hidden);
+  project_kv(li, n, pos0, nullptr, k, v);
 }
 
 void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out,
@@ -98,11 +102,18 @@ void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const 
   const int64_t alt_end = mask.alt.first_pos + mask.alt.rows;
   const float scale = c.attn_scale;
   const float cap = c.attn_logit_softcap;
-  pool_.parallel_for(n * c.n_heads, [&](int64_t b, int64_t e) {
+  // A task is one query row's heads of one K/V group (they share the K/V loads), or a single
+  // head when there are too few rows to keep every thread busy; the arithmetic per head is the
+  // same either way (compute::attend_group). Rows are dealt first, last, second, ... so causal
+  // rows of very different lengths spread evenly over the threads' contiguous chunks.
+  const int64_t per_task = n >= pool_.size() ? group : 1;
+  const int64_t tasks_per_row = c.n_heads / per_task;
+  auto run = [&](int64_t b, int64_t e) {
     thread_local std::vector<float> scores;
     thread_local std::vector<const float*> krow, vrow;
     for (int64_t task = b; task < e; ++task) {
-      const int64_t t = task / c.n_heads, head = task % c.n_heads, g = head / group;
+      const int64_t i = task / tasks_per_row, t = i % 2 == 0 ? i / 2 : n - 1 - i / 2;
+      const int64_t head = (task % tasks_per_row) * per_task, g = head / group;
       const int64_t pos = pos0 + t;
       // The visible keys, ascending: sink rows, then kv rows from `lo` (AttendMask).
       const int64_t model_lo = lc.sliding ? pos - lc.window + 1 : kv.first_pos;
@@ -112,8 +123,19 @@ void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const 
       const int64_t s_hi = std::min(sink_end, pos + 1);
       const int64_t ns = has_sink ? std::max<int64_t>(0, s_hi - s_lo) : 0;
       const int64_t m = ns + (pos - lo + 1);  // >= 1: the query's own row is in kv or the sink
-      if (static_cast<int64_t>(scores.size()) < m) {
-        scores.resize(static_cast<size_t>(m));
+      const bool alt_used = mask.alt.rows > 0 &&
+                            std::max(lo, mask.alt.first_pos) <= std::min(pos - mask.alt_recent, alt_end - 1);
+      if (static_cast<int64_t>(scores.size()) < per_task * m) scores.resize(static_cast<size_t>(per_task * m));
+      if (ns == 0 && !alt_used) {  // one contiguous run of kv rows: the shared-load kernel
+        const int64_t off = (lo - kv.first_pos) * kv_dim + g * hd;
+        compute::attend_group(q + t * c.q_dim() + head * hd, per_task, kv.k + off, kv.v + off, m, kv_dim, hd, scale,
+                              cap, scores.data(), out + t * c.q_dim() + head * hd);
+        continue;
+      }
+      // Rows from several places (sink, alt): gathered, then the same arithmetic per head as
+      // compute::attend_group (dot_f32, softmax, axpy in key order), so the bits do not depend
+      // on which path a query took.
+      if (static_cast<int64_t>(krow.size()) < m) {
         krow.resize(static_cast<size_t>(m));
         vrow.resize(static_cast<size_t>(m));
       }
@@ -127,18 +149,22 @@ void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const 
         krow[static_cast<size_t>(ns + j - lo)] = src.k + (j - src.first_pos) * kv_dim + g * hd;
         vrow[static_cast<size_t>(ns + j - lo)] = src.v + (j - src.first_pos) * kv_dim + g * hd;
       }
-      const float* qh = q + t * c.q_dim() + head * hd;
-      for (int64_t j = 0; j < m; ++j) {
-        float s = compute::dot_f32(qh, krow[static_cast<size_t>(j)], hd) * scale;
-        if (cap > 0) s = cap * std::tanh(s / cap);
-        scores[static_cast<size_t>(j)] = s;
+      for (int64_t h = head; h < head + per_task; ++h) {
+        const float* qh = q + t * c.q_dim() + h * hd;
+        for (int64_t j = 0; j < m; ++j) {
+          float s = compute::dot_f32(qh, krow[static_cast<size_t>(j)], hd) * scale;
+          if (cap > 0) s = cap * std::tanh(s / cap);
+          scores[static_cast<size_t>(j)] = s;
+        }
+        compute::softmax(scores.data(), m);
+        float* o = out + t * c.q_dim() + h * hd;
+        std::fill(o, o + hd, 0.0f);
+        for (int64_t j = 0; j < m; ++j) compute::axpy(scores[static_cast<size_t>(j)], vrow[static_cast<size_t>(j)], o, hd);
       }
-      compute::softmax(scores.data(), m);
-      float* o = out + t * c.q_dim() + head * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < m; ++j) compute::axpy(scores[static_cast<size_t>(j)], vrow[static_cast<size_t>(j)], o, hd);
     }
-  });
+  };
+  // One captured reference fits std::function's inline buffer: no allocation per call.
+  pool_.parallel_for(n * tasks_per_row, [&run](int64_t b, int64_t e) { run(b, e); });
 }
 
 void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
@@ -147,7 +173,8 @@ void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
   const int64_t H = c.hidden;
   std::optional<profile::Scope> prof(std::in_place, profile::Stage::AttnOut);
   auto& o = buf(kO, static_cast<size_t>(n * H));
-  compute::matmul(pool_, w.wo, attn, n, o.data());
+  acts_.reset(attn, n, c.q_dim());
+  compute::matmul(pool_, w.wo, acts_, o.data());
   for (int64_t t = 0; t < n; ++t) {
     float* ot = o.data() + t * H;
     if (c.post_norms) compute::rmsnorm(ot, w.post_attn_norm.data(), ot, H, c.norm_eps);
@@ -160,15 +187,16 @@ void Forward::finish_layer(int64_t li, const float* attn, int64_t n, float* x) {
   for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * H, w.ffn_norm.data(), h.data() + t * H, H, c.norm_eps);
   auto& gate = buf(kGate, static_cast<size_t>(n * c.ffn));
   auto& up = buf(kUp, static_cast<size_t>(n * c.ffn));
-  compute::matmul(pool_, w.w_gate, h.data(), n, gate.data());
-  compute::matmul(pool_, w.w_up, h.data(), n, up.data());
+  acts_.reset(h.data(), n, H);
+  compute::matmul_many(pool_, acts_, {{w.w_gate, gate.data()}, {w.w_up, up.data()}});
   if (c.activation == Activation::GeluTanh) {
-    compute::gelu_tanh_mul(gate.data(), up.data(), gate.data(), n * c.ffn);
+    compute::gelu_tanh_mul(pool_, gate.data(), up.data(), gate.data(), n * c.ffn);
   } else {
     for (int64_t i = 0; i < n * c.ffn; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
   }
   auto& down = buf(kDown, static_cast<size_t>(n * H));
-  compute::matmul(pool_, w.w_down, gate.data(), n, down.data());
+  acts_.reset(gate.data(), n, c.ffn);
+  compute::matmul(pool_, w.w_down, acts_, down.data());
   for (int64_t t = 0; t < n; ++t) {
     float* dt = down.data() + t * H;
     if (c.post_norms) compute::rmsnorm(dt, w.post_ffn_norm.data(), dt, H, c.norm_eps);
@@ -211,7 +239,8 @@ void Forward::logits(const float* x, int64_t n, float* logits) {
   const ModelWeights& w = model_->weights();
   auto& h = buf(kH, static_cast<size_t>(n * c.hidden));
   for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x + t * c.hidden, w.output_norm.data(), h.data() + t * c.hidden, c.hidden, c.norm_eps);
-  compute::matmul(pool_, w.lm_head, h.data(), n, logits);
+  acts_.reset(h.data(), n, c.hidden);
+  compute::matmul(pool_, w.lm_head, acts_, logits);
   if (c.final_logit_softcap > 0) {
     const float cap = c.final_logit_softcap;
     for (int64_t i = 0; i < n * w.lm_head.rows; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "compute/ops.h"
 #include "inference/kv_cache.h"
 #include "model/model.h"
 #include "util/thread_pool.h"
@@ -118,13 +119,15 @@ class Forward {
   std::vector<float>& buf(int idx, size_t n);
   /// attn_norm(x) for n rows, into scratch; valid until the next call.
   const float* attn_input(int64_t layer, const float* x, int64_t n);
-  /// k, v [n, kv_dim] from normed rows h: projections, k-norm, RoPE.
-  void project_kv(int64_t layer, const float* h, int64_t n, int64_t pos0, float* k, float* v);
+  /// k, v [n, kv_dim] from the normed rows in acts_: projections, k-norm, RoPE. With q set, also
+  /// q's projection [n, q_dim] (in the same pass over the pool; q-norm and RoPE are the caller's).
+  void project_kv(int64_t layer, int64_t n, int64_t pos0, float* q, float* k, float* v);
 
   std::shared_ptr<const Model> model_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;
   std::function<void(int64_t)> layer_progress_;
+  compute::Activations acts_;  ///< the current matmul input, quantised once for all its weights
 };
 
 }  // namespace larql

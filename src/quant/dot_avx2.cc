@@ -5,6 +5,7 @@
 // results differ from the scalar reference only by float summation order.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "quant/blocks.h"
@@ -54,6 +55,19 @@ inline __m256i mul_sum_i8_pairs(__m256i x, __m256i y) {
 
 inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Sum of 8 int32 lanes (exact, wrapping like the scalar int sums).
+inline int32_t hsum_i32_8(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+inline int32_t hsum_i32_4(__m128i s) {
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
 }
 
 // ---- float weights x f32 activations -------------------------------------------------------
@@ -145,7 +159,9 @@ inline __m128 f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
 
 // Four blocks per iteration: their 8-lane int32 partial sums are reduced to 4 block sums with
 // three hadds and the 4 scale products are converted together, so the float work is one 4-wide
-// FMA per 4 blocks. (With the unsigned Q4_0/Q5_0 forms and the nibble broadcast this measured
+// FMA per 4 blocks. Float order (shared with the tiled kernels of quant/gemm.h, which must match
+// it bit for bit): block b goes to accumulator b mod 4 as fma(d_x * d_y, float(isum_b), acc);
+// the result is (acc0 + acc2) + (acc1 + acc3). (With the unsigned Q4_0/Q5_0 forms and the nibble broadcast this measured
 // +23% (Q8_0), +25% (Q5_0), +33% (Q4_0) over ggml's one-FMA-per-block structure on an EPYC.)
 template <typename Block, __m256i (*BlockDot)(const Block&, __m256i)>
 float dot_q_x_q8_0(int64_t n, const void* w, const void* a) {
@@ -166,57 +182,18 @@ float dot_q_x_q8_0(int64_t n, const void* w, const void* a) {
     const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
     acc4 = _mm_fmadd_ps(_mm_mul_ps(dx, dy), _mm_cvtepi32_ps(sums), acc4);
   }
-  __m256 acc = _mm256_setzero_ps();
-  for (; ib < nb; ++ib) {
-    const __m256 d = _mm256_set1_ps(f16(x[ib].d) * f16(y[ib].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(BlockDot(x[ib], load256(y[ib].qs))), acc);
+  if (ib < nb) {
+    // Blocks left over (nb not a multiple of 4): block ib + k still goes to accumulator k.
+    alignas(16) float lanes[4];
+    _mm_store_ps(lanes, acc4);
+    for (int k = 0; ib + k < nb; ++k)
+      lanes[k] = std::fma(f16(x[ib + k].d) * f16(y[ib + k].d),
+                          static_cast<float>(hsum_i32_8(BlockDot(x[ib + k], load256(y[ib + k].qs)))), lanes[k]);
+    acc4 = _mm_load_ps(lanes);
   }
   acc4 = _mm_add_ps(acc4, _mm_movehl_ps(acc4, acc4));
   acc4 = _mm_add_ss(acc4, _mm_movehdup_ps(acc4));
-  return _mm_cvtss_f32(acc4) + hsum_float_8(acc);
-}
-
-// One Q8_0 weight row against four Q8_0 activation rows (prefill). For each activation row the
-// float operations are exactly those of dot_q_x_q8_0<BlockQ8_0> in the same order, so every
-// result is bit-identical to the single-row kernel (batch invariance); only the weight loads and
-// their absolute values are shared.
-void dot4_q8_0(int64_t n, const void* w, const void* const act[4], float out[4]) {
-  const auto* x = static_cast<const BlockQ8_0*>(w);
-  const BlockQ8_0* y[4] = {static_cast<const BlockQ8_0*>(act[0]), static_cast<const BlockQ8_0*>(act[1]),
-                           static_cast<const BlockQ8_0*>(act[2]), static_cast<const BlockQ8_0*>(act[3])};
-  const int64_t nb = n / QK8_0;
-  __m128 acc4[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
-  const __m256i ones = _mm256_set1_epi16(1);
-  int64_t ib = 0;
-  for (; ib + 3 < nb; ib += 4) {
-    const __m128 dx = f16x4(x[ib].d, x[ib + 1].d, x[ib + 2].d, x[ib + 3].d);
-    const __m256i x0 = load256(x[ib].qs), x1 = load256(x[ib + 1].qs);
-    const __m256i x2 = load256(x[ib + 2].qs), x3 = load256(x[ib + 3].qs);
-    const __m256i a0 = _mm256_sign_epi8(x0, x0), a1 = _mm256_sign_epi8(x1, x1);
-    const __m256i a2 = _mm256_sign_epi8(x2, x2), a3 = _mm256_sign_epi8(x3, x3);
-    for (int t = 0; t < 4; ++t) {
-      const BlockQ8_0* yt = y[t];
-      const __m128 dy = f16x4(yt[ib].d, yt[ib + 1].d, yt[ib + 2].d, yt[ib + 3].d);
-      const __m256i s0 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(a0, _mm256_sign_epi8(load256(yt[ib].qs), x0)));
-      const __m256i s1 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(a1, _mm256_sign_epi8(load256(yt[ib + 1].qs), x1)));
-      const __m256i s2 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(a2, _mm256_sign_epi8(load256(yt[ib + 2].qs), x2)));
-      const __m256i s3 = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(a3, _mm256_sign_epi8(load256(yt[ib + 3].qs), x3)));
-      const __m256i tt = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
-      const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(tt), _mm256_extracti128_si256(tt, 1));
-      acc4[t] = _mm_fmadd_ps(_mm_mul_ps(dx, dy), _mm_cvtepi32_ps(sums), acc4[t]);
-    }
-  }
-  for (int t = 0; t < 4; ++t) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t jb = ib; jb < nb; ++jb) {
-      const __m256 d = _mm256_set1_ps(f16(x[jb].d) * f16(y[t][jb].d));
-      acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(block_dot_q8_0(x[jb], load256(y[t][jb].qs))), acc);
-    }
-    __m128 a4 = acc4[t];
-    a4 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
-    a4 = _mm_add_ss(a4, _mm_movehdup_ps(a4));
-    out[t] = _mm_cvtss_f32(a4) + hsum_float_8(acc);
-  }
+  return _mm_cvtss_f32(acc4);
 }
 
 // ---- K-quants x Q8_K -----------------------------------------------------------------------
@@ -249,17 +226,19 @@ inline __m256i broadcast_scale16(__m256i scales, int k) {
   return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(((2 * k + 1) << 8) | (2 * k))));
 }
 
+// K-quant float order: the scalar reference's (dot_ref.cc), per super-block
+// sumf += d * float(sumi) - dmin * float(summ), with exact integer sumi/summ; so these kernels,
+// the tiled kernels of quant/gemm.h and the reference agree bit for bit.
 float dot_q4_k(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ4K*>(w);
   const auto* y = static_cast<const BlockQ8K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_m = _mm_setzero_ps();
+  float sumf = 0.0f;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = y[i].d * f16(x[i].d);
-    const float dmin = -y[i].d * f16(x[i].dmin);
+    const float dmin = y[i].d * f16(x[i].dmin);
     const __m256i mins_and_scales = k4_mins_and_scales(x[i].scales);
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
+    const int32_t summ = hsum_i32_4(k4_min_products(mins_and_scales, y[i].bsums));
     const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
     const __m256i scales = _mm256_set_m128i(sc128, sc128);
     const uint8_t* q4 = x[i].qs;
@@ -280,11 +259,9 @@ float dot_q4_k(int64_t n, const void* w, const void* a) {
       const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    sumf += d * static_cast<float>(hsum_i32_8(sumi)) - dmin * static_cast<float>(summ);
   }
-  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-  return hsum_float_8(acc) + _mm_cvtss_f32(acc_m);
+  return sumf;
 }
 
 float dot_q5_k(int64_t n, const void* w, const void* a) {
@@ -292,13 +269,12 @@ float dot_q5_k(int64_t n, const void* w, const void* a) {
   const auto* y = static_cast<const BlockQ8K*>(a);
   const __m256i m4 = _mm256_set1_epi8(0xF);
   const __m256i mone = _mm256_set1_epi8(1);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_m = _mm_setzero_ps();
+  float sumf = 0.0f;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = y[i].d * f16(x[i].d);
-    const float dmin = -y[i].d * f16(x[i].dmin);
+    const float dmin = y[i].d * f16(x[i].dmin);
     const __m256i mins_and_scales = k4_mins_and_scales(x[i].scales);
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
+    const int32_t summ = hsum_i32_4(k4_min_products(mins_and_scales, y[i].bsums));
     const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
     const __m256i scales = _mm256_set_m128i(sc128, sc128);
     const __m256i hbits = load256(x[i].qh);
@@ -328,11 +304,9 @@ float dot_q5_k(int64_t n, const void* w, const void* a) {
       const __m256i p16_1 = _mm256_madd_epi16(scale_1, _mm256_maddubs_epi16(q5_1, q8_1));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16_0, p16_1));
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    sumf += d * static_cast<float>(hsum_i32_8(sumi)) - dmin * static_cast<float>(summ);
   }
-  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-  return hsum_float_8(acc) + _mm_cvtss_f32(acc_m);
+  return sumf;
 }
 
 // 16 bytes: scale 2k repeated 8 times, then scale 2k+1 repeated 8 times.
@@ -347,9 +321,9 @@ float dot_q6_k(int64_t n, const void* w, const void* a) {
   const __m256i m4 = _mm256_set1_epi8(0xF);
   const __m256i m2 = _mm256_set1_epi8(3);
   const __m256i m32s = _mm256_set1_epi8(32);
-  __m256 acc = _mm256_setzero_ps();
+  float sumf = 0.0f;
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    const float d = y[i].d * f16(x[i].d);
+    const float d = f16(x[i].d) * y[i].d;
     const uint8_t* q4 = x[i].ql;
     const uint8_t* qh = x[i].qh;
     const int8_t* q8 = y[i].qs;
@@ -381,9 +355,9 @@ float dot_q6_k(int64_t n, const void* w, const void* a) {
       }
       q8 += 128;
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    sumf += d * static_cast<float>(hsum_i32_8(sumi));
   }
-  return hsum_float_8(acc);
+  return sumf;
 }
 
 DotTable make_table() {
@@ -402,8 +376,6 @@ DotTable make_table() {
 }
 
 }  // namespace
-
-VecDot4Fn avx2_dot4_q8_0() { return dot4_q8_0; }
 
 const DotTable& avx2_dot_table() {
   static const DotTable t = make_table();

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "quant/cpu.h"
 #include "quant/kernels.h"
 #include "util/error.h"
 
@@ -28,9 +29,11 @@ bool has_f16c_bmi2() {
 Isa detect_once() {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c_bmi2();
-  // No AVX-512 table: a 512-bit port of the Q8_0/Q5_0 kernels (F/BW/VL/DQ, no VNNI) measured
-  // slower than these AVX2 kernels on a Xeon, so AVX-512 machines run the AVX2 table.
-  return avx2 ? Isa::AVX2 : Isa::Scalar;
+  // AVX512 means AVX-512 F/BW/VL/DQ with VNNI: the tiled prefill kernels and attention have
+  // 512-bit versions for it. The row (vec_dot) kernels stay the AVX2 table there: a 512-bit
+  // port of the Q8_0/Q5_0 row kernels (no VNNI) measured slower than AVX2 on a Xeon.
+  if (!avx2) return Isa::Scalar;
+  return cpu_has_avx512vnni() ? Isa::AVX512 : Isa::AVX2;
 }
 
 Isa clamp_isa(Isa isa) {
@@ -58,7 +61,7 @@ std::atomic<int>& active_slot() {
 
 const DotTable& table_for(Isa isa) {
   switch (isa) {
-    case Isa::AVX512:  // never returned by detect_isa() (no AVX-512 table yet)
+    case Isa::AVX512:  // the AVX2 row kernels (see detect_once)
     case Isa::AVX2: return detail::avx2_dot_table();
     default: return detail::ref_dot_table();
   }
@@ -129,7 +132,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
 }
 
 void quantize_row(DType t, const float* src, void* dst, int64_t n) {
-  const auto fn = detail::ref_quant_fn(t);
+  detail::QuantFn fn = active_isa() >= Isa::AVX2 ? detail::avx2_quant_fn(t) : nullptr;
+  if (!fn) fn = detail::ref_quant_fn(t);
   if (!fn)
     throw Error(ErrorKind::Unsupported,
                 "quantize_row: no quantiser for dtype " + type_label(t));
@@ -147,11 +151,6 @@ VecDotFn vec_dot_fn(DType w, Isa isa) {
 }
 
 VecDotFn vec_dot_fn(DType w) { return vec_dot_fn(w, active_isa()); }
-
-VecDot4Fn vec_dot4_fn(DType w) {
-  if (w == DType::Q8_0 && active_isa() >= Isa::AVX2) return detail::avx2_dot4_q8_0();
-  return nullptr;
-}
 
 float vec_dot(DType w, int64_t n, const void* w_row, const void* act) {
   const VecDotFn f = vec_dot_fn(w);

@@ -12,13 +12,17 @@
 
 namespace larql::quant {
 
-/// Instruction sets with kernels. Ordered: a later one implies the earlier ones.
+/// Instruction sets with kernels. Ordered: a later one implies the earlier ones. AVX2 means
+/// AVX2 + FMA + F16C + BMI2; AVX512 means AVX-512 F/BW/VL/DQ with VNNI (512-bit tiled kernels
+/// and attention; the row kernels are AVX2's).
 enum class Isa { Scalar = 0, AVX2 = 1, AVX512 = 2 };
 const char* isa_name(Isa isa);
 /// Best ISA this CPU supports (and we have kernels for).
 Isa detect_isa();
-/// ISA used by vec_dot() now (starts at detect_isa(); the LARQL_ISA=scalar|avx2|avx512
-/// environment variable, read once at start-up, can lower it for debugging).
+/// ISA used by the kernels now (starts at detect_isa(); the LARQL_ISA=scalar|avx2|avx512
+/// environment variable, read once at start-up, can lower it for debugging and for measuring a
+/// lesser CPU: below detect_isa() only that level's plain kernels run, no VNNI; see
+/// quant/gemm.h).
 Isa active_isa();
 /// Force an ISA (clamped to detect_isa()). For tests and benchmarks.
 void set_isa(Isa isa);
@@ -65,24 +69,5 @@ VecDotFn vec_dot_fn(DType w);
 /// The kernel for an explicit ISA (clamped to detect_isa()); falls back to the scalar kernel
 /// where that ISA has none. For tests and benchmarks. Errors: as vec_dot_fn.
 VecDotFn vec_dot_fn(DType w, Isa isa);
-
-}  // namespace larql::quant
-
-namespace larql::quant {
-
-/// Re-encode n elements of a Q4_0 or Q5_0 row as Q8_0 blocks with the same scales. Lossless:
-/// every 4/5-bit value (offset removed) fits an int8, so Q8_0 x Q8_0 gives the same integer
-/// sums as the original kernel. Prefill re-encodes a tile of rows once and reuses it for every
-/// token, where the Q8_0 kernel is faster than unpacking nibbles per token.
-/// Returns false (writing nothing) for any other type.
-bool repack_to_q8_0(DType t, const void* src, void* dst, int64_t n);
-
-/// One weight row against four activation rows: out[t] = vec_dot(w, n, w_row, act[t]), each
-/// result bit-identical to the single-row kernel of the active ISA (so batching never changes
-/// a logit). Shares the weight loads across the four rows; used by prefill.
-using VecDot4Fn = void (*)(int64_t n, const void* w_row, const void* const act[4], float out[4]);
-/// The 4-row kernel for weight type `w` under the active ISA, or nullptr where there is none
-/// (callers then use vec_dot_fn row by row). Today: Q8_0 on AVX2.
-VecDot4Fn vec_dot4_fn(DType w);
 
 }  // namespace larql::quant

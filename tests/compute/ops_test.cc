@@ -194,6 +194,68 @@ TEST(Ops, GeluTanh) {
   EXPECT_NEAR(o[2], -gelu_ref(3.0), 1e-5);
 }
 
+// The vectorised GELU against the double formula over a wide range (relative, with an absolute
+// floor for the tiny negative tail, where x / (1 + e^-2u) keeps full relative accuracy anyway).
+TEST(Ops, GeluTanhMulMatchesDoubleFormula) {
+  std::vector<float> g, u;
+  for (double x = -20.0; x <= 20.0; x += 0.0137) {
+    g.push_back(static_cast<float>(x));
+    u.push_back(1.0f);
+  }
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, -88.0f, 1e4f, -1e4f, 3e38f, -3e38f}) {
+    g.push_back(x);
+    u.push_back(1.0f);
+  }
+  std::vector<float> o(g.size());
+  compute::gelu_tanh_mul(g.data(), u.data(), o.data(), static_cast<int64_t>(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    // gelu_ref's 1 + tanh(u) cancels for x < -9 in double too; x / (1 + e^-2u) is the same
+    // function without the cancellation.
+    const double x = g[i], u = std::sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x);
+    const double want = std::abs(x) > 1e3 ? (x > 0 ? x : 0.0) : x / (1.0 + std::exp(-2.0 * u));
+    // exp(-2u) inherits the float rounding of its argument: relative |2u| * 2^-24 more.
+    ASSERT_NEAR(o[i], want, (1e-6 + std::abs(2 * u) * 1.2e-7) * std::abs(want) + 1e-30) << "x=" << g[i];
+    ASSERT_TRUE(std::isfinite(o[i])) << g[i];
+  }
+}
+
+// Each output depends on its own inputs only: the same value anywhere in a vector of any length
+// (SIMD body or tail) gives the same bits. Batched and one-token FFNs rely on it.
+TEST(Ops, ElementwiseKernelsArePositionIndependent) {
+  const auto base = randn(40, 21, 3.0f);
+  std::vector<float> ref_g(base.size()), ref_e(base.size()), ones(base.size(), 1.0f);
+  compute::gelu_tanh_mul(base.data(), ones.data(), ref_g.data(), static_cast<int64_t>(base.size()));
+  for (int64_t off = 0; off < 9; ++off)
+    for (int64_t n = 1; n + off <= static_cast<int64_t>(base.size()); n += 5) {
+      std::vector<float> out(static_cast<size_t>(n));
+      compute::gelu_tanh_mul(base.data() + off, ones.data(), out.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], ref_g[off + i]) << off << " " << n << " " << i;
+    }
+  // softmax over a prefix: exp values identical, only the normaliser differs.
+  std::vector<float> a(base.begin(), base.begin() + 13), b(base.begin(), base.begin() + 8);
+  compute::softmax(a.data(), 13);
+  compute::softmax(b.data(), 8);
+  double sa = 0, sb = 0;
+  for (float v : a) sa += v;
+  for (float v : b) sb += v;
+  EXPECT_NEAR(sa, 1.0, 1e-6);
+  EXPECT_NEAR(sb, 1.0, 1e-6);
+}
+
+TEST(Ops, SoftmaxMatchesDoubleReference) {
+  const auto x = randn(777, 31, 4.0f);
+  std::vector<float> y = x;
+  compute::softmax(y.data(), static_cast<int64_t>(y.size()));
+  double m = -1e300, z = 0;
+  for (float v : x) m = std::max(m, double(v));
+  for (float v : x) z += std::exp(double(v) - m);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(double(x[i]) - m) / z;
+    // exp's ~1 ulp plus the rounding of x - max in float (relative |x - max| * 2^-24).
+    ASSERT_NEAR(y[i], want, (3e-7 + (m - x[i]) * 6e-8) * want + 1e-30) << i;
+  }
+}
+
 // ---------------------------------------------------------------- axpy / dot
 
 TEST(Ops, AxpyAndDot) {

@@ -11,6 +11,7 @@
 #include "inference/forward.h"
 #include "inference/kv_cache.h"
 #include "model/model.h"
+#include "testlib/paths.h"
 #include "testlib/reference_gemma3.h"
 #include "testlib/synthetic_model.h"
 #include "util/error.h"
@@ -178,6 +179,52 @@ TEST(Forward, MixedChunksEqualBatched) {
     off += n;
   }
   EXPECT_LE(diff, 1e-4);
+}
+
+// Logits of every position of `toks`, fed in chunks of the given sizes (a chunk of 1 is decode).
+std::vector<float> run_chunked(Forward& f, const std::vector<int32_t>& toks, const std::vector<size_t>& chunks) {
+  const auto& c = f.config();
+  KvCache cache(c);
+  std::vector<float> out(toks.size() * c.vocab), x(toks.size() * c.hidden);
+  size_t off = 0;
+  for (size_t n : chunks) {
+    f.forward(&toks[off], static_cast<int64_t>(n), cache, x.data());
+    f.logits(x.data(), static_cast<int64_t>(n), out.data() + off * c.vocab);
+    off += n;
+  }
+  return out;
+}
+
+// Quantised weights go through the tiled prefill kernels in a batch and through the row kernels
+// one token at a time: the logits must be identical, bit for bit, whatever the chunking and the
+// thread count.
+TEST(Forward, QuantisedBatchedEqualsTokenByTokenBitExact) {
+  for (DType t : {DType::Q8_0, DType::Q5_0, DType::Q4_0}) {
+    SyntheticSpec s;
+    s.matrix_type = t;
+    auto sm = make_synthetic_model(s);
+    auto model = Model::load(sm->path);
+    Forward f1(model, 1), f3(model, 3);
+    const auto batched = run_chunked(f1, kTokens, {kTokens.size()});
+    const auto one_by_one = run_chunked(f3, kTokens, std::vector<size_t>(kTokens.size(), 1));
+    const auto mixed = run_chunked(f3, kTokens, {5, 1, 6});
+    EXPECT_EQ(batched, one_by_one) << dtype_name(t);
+    EXPECT_EQ(batched, mixed) << dtype_name(t);
+  }
+}
+
+// The same on the real model (Q5_0, Q8_0, Q4_K, Q6_K weights and the Q8_0 lm_head).
+TEST(Forward, RealModelBatchedEqualsTokenByTokenBitExact) {
+  LARQL_REQUIRE_MODEL(path);
+  auto model = Model::load(path);
+  std::vector<int32_t> toks = {2};
+  for (int i = 1; i < 21; ++i) toks.push_back(1000 + 997 * i % 20000);
+  Forward f2(model, 2), f1(model, 1);
+  const auto batched = run_chunked(f2, toks, {toks.size()});
+  const auto one_by_one = run_chunked(f1, toks, std::vector<size_t>(toks.size(), 1));
+  const auto mixed = run_chunked(f1, toks, {9, 1, 4, 7});
+  EXPECT_TRUE(batched == one_by_one);
+  EXPECT_TRUE(batched == mixed);
 }
 
 TEST(Forward, EmbedRejectsOutOfRangeToken) {

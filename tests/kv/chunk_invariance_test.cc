@@ -63,8 +63,6 @@ std::vector<std::string> registry_specs() {
   return out;
 }
 
-/// Owned by another part of issue 8 (turbo-quant's codec and its chunk invariance).
-bool owned_elsewhere(const std::string& spec) { return parse_engine_spec(spec).name == "turbo-quant"; }
 
 class ChunkInvariance : public ::testing::TestWithParam<std::string> {
  protected:
@@ -99,7 +97,6 @@ class ChunkInvariance : public ::testing::TestWithParam<std::string> {
 TEST_P(ChunkInvariance, OnePrefillPrefixPlusDecodeAndDecodeOnlyAgree) {
   LARQL_REQUIRE_MODEL(path);
   const std::string spec = GetParam();
-  if (owned_elsewhere(spec)) GTEST_SKIP() << spec << ": its chunk invariance is the turbo-quant part of issue 8";
   testing::RealModel& r = *testing::shared_real_model();
   const int64_t n = spec == "no-cache" ? 24 : kTextTokens, k = spec == "no-cache" ? 16 : kPrefix;
   const std::vector<int32_t> ids = r.document(n);

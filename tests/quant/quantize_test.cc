@@ -193,6 +193,49 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripCase{DType::Q5_K, 1024}, RoundTripCase{DType::Q6_K, 1024}),
     [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
+// The SIMD activation quantisers must produce the scalar reference's bytes exactly: random rows
+// at several scales, rows whose scaled values sit exactly on .5 ties (roundf rounds away from
+// zero, Q8_K's nearest_int to even), zero rows, and +a / -a both reaching the absmax (the first
+// one sets Q8_K's sign).
+TEST(Quantize, SimdActivationQuantisersEqualReference) {
+  if (detect_isa() < Isa::AVX2) GTEST_SKIP() << "no AVX2";
+  std::vector<std::vector<float>> rows;
+  std::mt19937 rng(17);
+  for (float scale : {1e-3f, 1.0f, 37.0f, 1e4f}) {
+    std::normal_distribution<float> nd(0.0f, scale);
+    std::vector<float> r(512);
+    for (auto& v : r) v = nd(rng);
+    rows.push_back(r);
+  }
+  {  // Q8_0: amax 127 -> id 1, so k + 0.5 stays a tie; Q8_K: max 127 -> iscale -1.
+    std::vector<float> r(512);
+    for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<float>(static_cast<int>(i % 254) - 127) + 0.5f;
+    for (size_t b = 0; b < r.size(); b += 32) r[b] = 127.0f;
+    rows.push_back(r);
+    for (size_t b = 0; b < r.size(); b += 32) r[b] = -127.0f;
+    rows.push_back(r);
+  }
+  rows.push_back(std::vector<float>(512, 0.0f));
+  {
+    std::vector<float> r(512, 0.25f);
+    r[3] = -2.0f;
+    r[7] = 2.0f;  // both reach amax; -2 comes first
+    r[300] = 2.0f;
+    r[301] = -2.0f;
+    rows.push_back(r);
+  }
+  const Isa saved = active_isa();
+  for (DType t : {DType::Q8_0, DType::Q8_K}) {
+    for (size_t k = 0; k < rows.size(); ++k) {
+      set_isa(Isa::Scalar);
+      const auto ref = quant(t, rows[k]);
+      set_isa(saved);
+      const auto got = quant(t, rows[k]);
+      EXPECT_EQ(got, ref) << dtype_name(t) << " row " << k;
+    }
+  }
+}
+
 TEST(Quantize, Errors) {
   float x[64] = {};
   uint8_t out[64];
