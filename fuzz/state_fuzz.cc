@@ -49,7 +49,7 @@ World& world() {
     x.fwd = std::make_shared<larql::Forward>(x.model, 1);
     for (const auto& e : larql::engine_registry())
       if (e.name != "apollo") x.specs.push_back(e.name);  // apollo needs a store (fuzzed as a state file too)
-    x.specs.push_back("standard:window=3");
+    x.specs.push_back("standard:window=4");  // >= the synthetic model's sliding window (4)
     x.specs.push_back("markov-rs:window=3");
     x.specs.push_back("markov-rs-codec:window=3,codec=int8");
     x.specs.push_back("unlimited-context:window=5");
