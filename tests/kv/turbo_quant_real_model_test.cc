@@ -235,5 +235,60 @@ TEST(TurboQuantRealModel, ChunkingIsExactAndTeacherForcedQuality) {
   EXPECT_GE(agree, 480);
 }
 
+
+TEST(TurboQuantRealModel, GreedyContinuationsOfShortPromptsMatchStandard) {
+  // Issue 8's instance: on 20 short prompts the first codec kept only 1/20 greedy continuations
+  // (16 tokens) identical to standard's at 4 bits. Greedy identity is a noise-level measure on
+  // this model: activations are quantised to 8 bits before every matmul, so a 1-ulp difference
+  // in attention (here: the rotation and centring round differently from standard's dot
+  // products) flips int8 roundings and moves logits by up to ~1 (docs/BENCHMARKS.md, parity:
+  // llama.cpp with an f32 cache keeps 3/10 of its own f16-cache continuations). The floor is
+  // therefore measured here: turbo-quant with every row in its exact window (recent larger than
+  // the sequence: no row quantised, only the arithmetic differs). The codec may cost at most 3
+  // continuations against that floor. Measured: 9/20 at 4 bits, floor 11/20.
+  LARQL_REQUIRE_MODEL(path);
+  auto model = Model::load(path);
+  auto fwd = std::make_shared<Forward>(model, 2);
+  const auto& c = model->config();
+  const auto tok = Tokenizer::from_gguf(model->file());
+  const char* prompts[] = {
+      "The capital of France is", "Once upon a time, in a small village by the sea,", "Water boils at",
+      "The largest planet in the solar system is", "My favourite recipe for pancakes starts with",
+      "In 1969, the first people to walk on the Moon were", "The quick brown fox", "To make a cup of tea, first",
+      "The three primary colours are", "Photosynthesis is the process by which",
+      "The train left the station at noon and", "A haiku is a short poem that", "def fibonacci(n):",
+      "The French word for cat is", "Mount Everest is located in", "She opened the old wooden box and found",
+      "The theory of relativity was developed by", "Bees are important because they",
+      "The recipe calls for two cups of flour,", "The meeting was postponed because"};
+  constexpr int kSteps = 16;
+  std::vector<float> lg(static_cast<size_t>(c.vocab));
+  auto greedy = [&](Engine& e, const std::vector<int32_t>& ids) {
+    std::vector<int32_t> out;
+    std::vector<float> h = e.prefill(ids);
+    for (int s = 0; s < kSteps; ++s) {
+      fwd->logits(h.data(), 1, lg.data());
+      out.push_back(static_cast<int32_t>(testing::argmax(lg)));
+      if (s + 1 < kSteps) h = e.decode_step(out.back());
+    }
+    return out;
+  };
+  int same = 0, floor = 0;
+  for (const char* p : prompts) {
+    const auto ids = tok.encode(p, true, false);
+    StandardEngine st(fwd, 0);
+    TurboQuantEngine tq(fwd, 4), exact(fwd, 4, 1024);
+    const auto a = greedy(st, ids), b = greedy(tq, ids);
+    same += a == b;
+    floor += greedy(exact, ids) == a;
+    if (a != b)
+      std::printf("[turbo] 4-bit continuation of \"%s\" (%zu tokens) leaves standard's at step %td\n", p, ids.size(),
+                  std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin());
+  }
+  std::printf("[turbo] greedy 16-token continuations identical to standard: 4-bit %d/20, every row exact %d/20\n",
+              same, floor);
+  EXPECT_GE(same, floor - 3);
+  EXPECT_GE(same, 5);
+}
+
 }  // namespace
 }  // namespace larql
