@@ -43,18 +43,18 @@ World& world() {
     World x;
     x.dir = (std::filesystem::temp_directory_path() / ("larql-state-fuzz-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(x.dir);
-    ::setenv("LARQL_ARCHIVE_DIR", (x.dir + "/archive").c_str(), 1);
     x.sm = larql::testing::make_synthetic_model();
     x.model = larql::Model::load(x.sm->path);
     x.fwd = std::make_shared<larql::Forward>(x.model, 1);
     for (const auto& e : larql::engine_registry())
-      if (e.name != "apollo") x.specs.push_back(e.name);  // apollo needs a store (fuzzed as a state file too)
+      if (e.name == "boundary-kv") x.specs.push_back(e.name + ":archive_dir=" + x.dir + "/archive");
+      else if (e.name != "apollo") x.specs.push_back(e.name);  // apollo needs a store (fuzzed as a state file too)
     x.specs.push_back("standard:window=4");  // >= the synthetic model's sliding window (4)
     x.specs.push_back("markov-rs:window=3");
     x.specs.push_back("markov-rs-codec:window=3,codec=int8");
     x.specs.push_back("unlimited-context:window=5");
     x.specs.push_back("turbo-quant:bits=3");
-    x.specs.push_back("boundary-kv:chunk_tokens=3,sequence_id=fuzz");
+    x.specs.push_back("boundary-kv:chunk_tokens=3,sequence_id=fuzz,archive_dir=" + x.dir + "/archive");
     x.state_path = x.dir + "/input.kv";
     return x;
   }();

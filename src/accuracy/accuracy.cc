@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "compute/logits.h"
 #include "inference/forward.h"
 #include "kv/engine.h"
 #include "util/error.h"
@@ -22,17 +23,6 @@ namespace larql::accuracy {
 
 // ---- distributions -----------------------------------------------------------------------------
 
-void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
-  if (n <= 0) throw Error(ErrorKind::InvalidArgument, "log_softmax: empty input");
-  out.resize(static_cast<size_t>(n));
-  double mx = x[0];
-  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[i]) - mx);
-  const double lse = mx + std::log(s);
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = x[i] - lse;
-}
-
 static void check_same(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size() || a.empty())
     throw Error(ErrorKind::InvalidArgument, "distributions differ in length or are empty");
@@ -40,12 +30,7 @@ static void check_same(const std::vector<double>& a, const std::vector<double>& 
 
 double kl_nats(const std::vector<double>& logp, const std::vector<double>& logq) {
   check_same(logp, logq);
-  double kl = 0;
-  for (size_t i = 0; i < logp.size(); ++i) {
-    const double p = std::exp(logp[i]);
-    if (p > 0) kl += p * (logp[i] - logq[i]);
-  }
-  return std::max(0.0, kl);
+  return compute::kl_nats(logp.data(), logq.data(), static_cast<int64_t>(logp.size()));
 }
 
 double js_nats(const std::vector<double>& logp, const std::vector<double>& logq) {
@@ -77,11 +62,6 @@ double surprisal_bits(const std::vector<double>& logp, int32_t id) {
   if (id < 0 || static_cast<size_t>(id) >= logp.size())
     throw Error(ErrorKind::InvalidArgument, "surprisal_bits: token id " + std::to_string(id) + " out of range");
   return -logp[static_cast<size_t>(id)] / std::log(2.0);
-}
-
-int64_t argmax_of(const std::vector<double>& v) {
-  if (v.empty()) return -1;
-  return std::max_element(v.begin(), v.end()) - v.begin();
 }
 
 // ---- corpora -----------------------------------------------------------------------------------
@@ -119,7 +99,7 @@ std::vector<Case> load_jsonl(const std::string& path, const std::string& corpus)
   return parse_jsonl(read_text_file(path, "the " + corpus + " corpus"), corpus);
 }
 
-std::string find_data_dir(const std::string& override_dir) {
+std::string find_data_dir(const std::string& override_dir, const std::string& first_choice) {
   namespace fs = std::filesystem;
   std::vector<std::string> tried;
   auto ok = [](const std::string& d) { return fs::exists(fs::path(d) / "parametric.jsonl"); };
@@ -127,7 +107,7 @@ std::string find_data_dir(const std::string& override_dir) {
     if (ok(override_dir)) return override_dir;
     throw Error(ErrorKind::NotFound, "no parametric.jsonl in --data " + override_dir);
   }
-  if (const char* e = std::getenv("LARQL_ACCURACY_DATA")) tried.push_back(e);
+  if (!first_choice.empty()) tried.push_back(first_choice);
   tried.push_back("data/accuracy");
   tried.push_back(LARQL_ACCURACY_DATA_DIR);
   for (const auto& d : tried)
@@ -343,7 +323,7 @@ std::vector<Score> run_suite(std::shared_ptr<Forward> forward, const Tokenizer& 
     try {
       auto h = reference->prefill(t.prompt_ids);
       forward->logits(h.data(), 1, logits.data());
-      log_softmax(logits.data(), V, lref);
+      compute::log_softmax(logits.data(), V, lref);
     } catch (const std::exception& e) {
       for (Acc& a : row)
         if (a.skipped.empty()) a.skipped = "reference: " + describe(e) + " (" + c.label + ")";
@@ -361,9 +341,9 @@ std::vector<Score> run_suite(std::shared_ptr<Forward> forward, const Tokenizer& 
           } else {
             auto h = engines[i]->prefill(t.prompt_ids);
             forward->logits(h.data(), 1, logits.data());
-            log_softmax(logits.data(), V, lq);
+            compute::log_softmax(logits.data(), V, lq);
           }
-          const int64_t top = argmax_of(lq);
+          const int64_t top = compute::argmax(lq.data(), V);
           ++a.n;
           a.top1 += top == t.answer_id;
           a.bits += surprisal_bits(lq, t.answer_id);

@@ -23,9 +23,10 @@ namespace larql::accuracy {
 
 // ---- distributions (pure) ----------------------------------------------------------------------
 
-/// out[i] = x[i] - logsumexp(x), in double.
-void log_softmax(const float* x, int64_t n, std::vector<double>& out);
-/// KL(P || Q) in nats from log-probabilities of equal length. Terms with p = 0 contribute 0.
+// Log-softmax, argmax and KL itself: compute/logits.h.
+
+/// compute::kl_nats (KL(P || Q) in nats) of log-probabilities of equal length; Error{InvalidArgument}
+/// when the lengths differ or are 0.
 double kl_nats(const std::vector<double>& logp, const std::vector<double>& logq);
 /// Jensen–Shannon divergence in nats: (KL(P||M) + KL(Q||M)) / 2, M = (P+Q)/2; in [0, ln 2].
 double js_nats(const std::vector<double>& logp, const std::vector<double>& logq);
@@ -33,8 +34,6 @@ double js_nats(const std::vector<double>& logp, const std::vector<double>& logq)
 double cosine_probs(const std::vector<double>& logp, const std::vector<double>& logq);
 /// Shannon surprisal of token `id`: -log2 p(id).
 double surprisal_bits(const std::vector<double>& logp, int32_t id);
-/// Index of the largest value (first on ties).
-int64_t argmax_of(const std::vector<double>& v);
 
 // ---- corpora -----------------------------------------------------------------------------------
 
@@ -52,9 +51,11 @@ std::vector<Case> parse_jsonl(std::string_view text, const std::string& corpus);
 /// Read a file and parse_jsonl it. Errors: Error{NotFound} / Error{Io}, Error{Format}.
 std::vector<Case> load_jsonl(const std::string& path, const std::string& corpus);
 
-/// Directory holding parametric.jsonl and conflict.jsonl: `override` if not empty, else
-/// $LARQL_ACCURACY_DATA, ./data/accuracy, the source tree's data/accuracy. Error{NotFound}.
-std::string find_data_dir(const std::string& override_dir);
+/// Directory holding parametric.jsonl and conflict.jsonl: `override_dir` if not empty (and it
+/// must hold them), else the first of `first_choice` (if not empty; the CLI passes
+/// $LARQL_ACCURACY_DATA), ./data/accuracy, the source tree's data/accuracy that does.
+/// Error{NotFound} listing the places tried.
+std::string find_data_dir(const std::string& override_dir, const std::string& first_choice = "");
 
 inline const char* kNeedle = "The secret code of the blue door is 7421.";
 inline const char* kNeedleQuestion = "The secret code of the blue door is";

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "accuracy/accuracy.h"
+#include "compute/logits.h"
 #include "kv/standard.h"
 #include "util/error.h"
 
@@ -80,8 +81,8 @@ QaReport run_apollo_qa(std::shared_ptr<Forward> fwd, const Tokenizer& tok, Apoll
   std::vector<double> lp;
   auto score = [&](const std::vector<float>& h, int32_t answer, bool& correct, double& bits) {
     fwd->logits(h.data(), 1, logits.data());
-    log_softmax(logits.data(), V, lp);
-    correct = argmax_of(lp) == answer;
+    compute::log_softmax(logits.data(), V, lp);
+    correct = compute::argmax(lp.data(), V) == answer;
     bits = surprisal_bits(lp, answer);
   };
   int64_t done = 0;

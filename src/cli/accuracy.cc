@@ -4,6 +4,7 @@
 // Corpora and protocol: src/accuracy/accuracy.h.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -24,14 +25,15 @@ struct AccuracyArgs {
 
 void run(const AccuracyArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<EngineSpec> specs = parse_engine_list(a.engines);  // fail before loading
+  const std::vector<EngineSpec> specs = parse_cli_engine_list(a.engines);  // fail before loading
   std::vector<std::string> corpora;
   for (const char* c : {"parametric", "in-context", "conflict", "all"})
     if (a.corpus == c) corpora.push_back(c);
   if (corpora.empty())
     throw Error(ErrorKind::InvalidArgument,
                 "--corpus must be parametric, in-context, conflict or all (got '" + a.corpus + "')");
-  const std::string data_dir = accuracy::find_data_dir(a.data);
+  const char* env_data = std::getenv("LARQL_ACCURACY_DATA");  // the library reads no environment
+  const std::string data_dir = accuracy::find_data_dir(a.data, env_data != nullptr ? env_data : "");
   Loaded l = load(a.model, a.threads);
   const auto cases =
       accuracy::build_cases(l.tokenizer, corpora, a.quick, data_dir, l.model->config().context_length);

@@ -14,12 +14,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "accuracy/accuracy.h"
 #include "cli/common.h"
 #include "cli/progress.h"
+#include "compute/logits.h"
 #include "compute/roofline.h"
 #include "formats/gguf.h"
-#include "inference/sampler.h"
 #include "kv/registry.h"
 #include "util/error.h"
 
@@ -77,7 +76,7 @@ std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
 void run(const BenchArgs& a) {
   if (a.prompt_tokens < 1 || a.decode_tokens < 1)
     throw Error(ErrorKind::InvalidArgument, "--prompt-tokens and --decode-tokens must be >= 1");
-  const std::vector<EngineSpec> specs = parse_engine_list(a.engines);  // fail before loading
+  const std::vector<EngineSpec> specs = parse_cli_engine_list(a.engines);  // fail before loading
   Loaded l = load(a.model, a.threads);
   const ModelConfig& c = l.model->config();
   if (a.prompt_tokens + a.decode_tokens > c.context_length)
@@ -114,14 +113,13 @@ void run(const BenchArgs& a) {
         } else {
           ref = logits;
         }
-        const int32_t next = argmax(ref.data(), V);
-        accuracy::log_softmax(ref.data(), V, lp);
-        accuracy::log_softmax(logits.data(), V, lq);
-        double kl = 0;
-        for (int64_t v = 0; v < V; ++v) kl += std::exp(lp[v]) * (lp[v] - lq[v]);
+        const int32_t next = static_cast<int32_t>(compute::argmax(ref.data(), V));
+        compute::log_softmax(ref.data(), V, lp);
+        compute::log_softmax(logits.data(), V, lq);
+        const double kl = compute::kl_nats(lp.data(), lq.data(), V);
         kl_sum += kl;
         r.max_kl = std::max(r.max_kl, kl);
-        agree += argmax(logits.data(), V) == next;
+        agree += compute::argmax(logits.data(), V) == next;
         bar.update(i + 1);
         if (i + 1 == steps) break;
         t0 = now_s();

@@ -24,7 +24,7 @@ struct CalibrateArgs {
 };
 
 void run(const CalibrateArgs& a) {
-  const EngineSpec spec = parse_engine_spec(a.engine);
+  const EngineSpec spec = parse_cli_engine_spec(a.engine);
   if (spec.name != "boundary-per-layer")
     throw Error(ErrorKind::InvalidArgument, "calibrate: only --engine boundary-per-layer is calibrated (got '" + spec.name + "')");
   const std::string gpl = "/usr/share/common-licenses/GPL-3";
@@ -36,7 +36,9 @@ void run(const CalibrateArgs& a) {
   const std::string text = read_text_file(file, "the corpus", a.max_input_bytes);
   const std::string& source = file;
   Loaded l = load(a.model, a.threads);
-  const std::string out = a.out.empty() ? bpl_record_path(l.model->path()) : a.out;
+  // -o, else the spec's record (the CLI sets it from $LARQL_BPL_RECORD), else <model>.bpl.json.
+  const std::string record = spec.get_string("record", "");
+  const std::string out = !a.out.empty() ? a.out : !record.empty() ? record : bpl_record_path(l.model->path());
   check_output_path(out, "-o");  // before minutes of measuring
   std::vector<int32_t> ids{l.tokenizer.bos_id()};
   const auto body = l.tokenizer.encode(text, false, false);

@@ -38,7 +38,7 @@ extern "C" void on_sigint(int) {
 }
 
 void run(ChatArgs& a) {
-  const EngineSpec spec = parse_engine_spec(a.engine);
+  const EngineSpec spec = parse_cli_engine_spec(a.engine);
   if (!a.seed_set) a.sampler.seed = std::random_device{}();
   Loaded l = load(a.model, a.threads);
   auto engine = make_engine(spec, l.forward);

@@ -178,6 +178,28 @@ std::string read_text_file(const std::string& path, const std::string& what, uin
   return larql::read_text_file(path, what, max_bytes);
 }
 
+namespace {
+
+EngineSpec with_env_defaults(EngineSpec spec) {
+  auto from_env = [&](const char* engine, const char* key, const char* var) {
+    const char* v = std::getenv(var);
+    if (spec.name == engine && v != nullptr && *v != '\0' && !spec.params.count(key)) spec.params[key] = v;
+  };
+  from_env("boundary-kv", "archive_dir", "LARQL_ARCHIVE_DIR");
+  from_env("boundary-per-layer", "record", "LARQL_BPL_RECORD");
+  return spec;
+}
+
+}  // namespace
+
+EngineSpec parse_cli_engine_spec(std::string_view text) { return with_env_defaults(parse_engine_spec(text)); }
+
+std::vector<EngineSpec> parse_cli_engine_list(std::string_view text) {
+  std::vector<EngineSpec> out = parse_engine_list(text);
+  for (auto& s : out) s = with_env_defaults(std::move(s));
+  return out;
+}
+
 std::string default_engine_spec() {
   const char* env = std::getenv("LARQL_ENGINE");
   return env != nullptr && *env != '\0' ? env : "standard";

@@ -7,6 +7,7 @@
 
 #include "inference/forward.h"
 #include "inference/sampler.h"
+#include "kv/registry.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/parse.h"
@@ -51,6 +52,14 @@ std::string read_text_file(const std::string& path, const std::string& what = "t
 
 /// The default engine spec (used by run, chat, bench, accuracy): $LARQL_ENGINE or "standard".
 std::string default_engine_spec();
+
+/// parse_engine_spec, then the documented environment defaults for keys the spec leaves unset
+/// (non-empty values only): boundary-kv's `archive_dir` from $LARQL_ARCHIVE_DIR,
+/// boundary-per-layer's `record` from $LARQL_BPL_RECORD. The engines themselves read no
+/// environment variable; the CLI is where they become spec keys (docs/engines.md).
+EngineSpec parse_cli_engine_spec(std::string_view text);
+/// parse_engine_list with the same environment defaults for each spec.
+std::vector<EngineSpec> parse_cli_engine_list(std::string_view text);
 
 /// Adds -n/--temperature/--top-k/--top-p/--min-p/--repeat-penalty/--seed to a subcommand.
 void add_sampler_flags(CLI::App* app, SamplerParams& p, bool& seed_set);

@@ -120,7 +120,7 @@ double score_batched(Loaded& l, const std::vector<int32_t>& ids, NpyWriter* npy)
 
 void run(const PplArgs& a) {
   std::unique_ptr<EngineSpec> spec;
-  if (!a.engine.empty()) spec = std::make_unique<EngineSpec>(parse_engine_spec(a.engine));  // fail before loading
+  if (!a.engine.empty()) spec = std::make_unique<EngineSpec>(parse_cli_engine_spec(a.engine));  // fail before loading
   const std::string text = read_text_file(a.file, "the text file", a.max_input_bytes);
   Loaded l = load(a.model, a.threads);
   const ModelConfig& c = l.model->config();

@@ -62,7 +62,7 @@ void print_profile(const profile::Totals& t, const GenerateResult& r) {
 }
 
 void run(RunArgs& a) {
-  const EngineSpec spec = parse_engine_spec(a.engine);  // fail on a bad spec before loading
+  const EngineSpec spec = parse_cli_engine_spec(a.engine);  // fail on a bad spec before loading
   if (!a.seed_set) a.sampler.seed = std::random_device{}();
   std::string prompt = a.prompt;
   if (!a.prompt_file.empty()) {

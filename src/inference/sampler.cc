@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "compute/logits.h"
 #include "util/error.h"
 
 namespace larql {
@@ -22,13 +23,6 @@ void validate(const SamplerParams& p) {
   if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))
     bad("--repeat-penalty must be > 0 (1 = off), got " + std::to_string(p.repeat_penalty));
   if (p.repeat_last_n < 0) bad("--repeat-last-n must be >= 0");
-}
-
-int32_t argmax(const float* logits, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return static_cast<int32_t>(best);
 }
 
 namespace {
@@ -70,34 +64,29 @@ void Sampler::set_rng_state(const std::string& state) {
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { validate(p); }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history) {
-  cand_.resize(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) cand_[static_cast<size_t>(i)] = {logits[i], static_cast<int32_t>(i)};
+  const float* x = logits;
   if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
+    penalised_.assign(logits, logits + vocab);
     std::unordered_set<int32_t> seen;
     const size_t from = history.size() > static_cast<size_t>(p_.repeat_last_n) ? history.size() - p_.repeat_last_n : 0;
     for (size_t i = from; i < history.size(); ++i) seen.insert(history[i]);
     for (int32_t id : seen) {
       if (id < 0 || id >= vocab) continue;
-      float& l = cand_[static_cast<size_t>(id)].first;
+      float& l = penalised_[static_cast<size_t>(id)];
       l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
     }
+    x = penalised_.data();
   }
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  if (p_.temperature <= 0.0f) {
-    return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
-  }
+  if (p_.temperature <= 0.0f) return static_cast<int32_t>(compute::argmax(x, vocab));
+  // Largest first, ties by lower id (a total order: the same candidates in the same order on
+  // every platform); top_k = 0 or >= vocab sorts them all.
+  compute::top_k(x, vocab, p_.top_k > 0 ? p_.top_k : vocab, cand_);
   size_t n = cand_.size();
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-    n = static_cast<size_t>(p_.top_k);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
-  }
   // Probabilities at temperature 1 for the top-p / min-p filters (as llama.cpp does).
   std::vector<double> prob(n);
-  const double mx = cand_[0].first;
+  const double mx = cand_[0].value;
   double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].first) - mx);
+  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].value) - mx);
   if (p_.top_p < 1.0f) {
     double cum = 0;
     size_t keep = n;
@@ -118,9 +107,9 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   }
   std::vector<double> w(n);
   for (size_t i = 0; i < n; ++i)
-    w[i] = std::exp((static_cast<double>(cand_[i].first) - mx) / p_.temperature);
+    w[i] = std::exp((static_cast<double>(cand_[i].value) - mx) / p_.temperature);
   std::discrete_distribution<size_t> dist(w.begin(), w.end());
-  return cand_[dist(rng_)].second;
+  return cand_[dist(rng_)].index;
 }
 
 }  // namespace larql

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "compute/logits.h"
+
 namespace larql {
 
 struct SamplerParams {
@@ -44,10 +46,8 @@ class Sampler {
  private:
   SamplerParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<compute::Scored> cand_;  ///< candidates, best first
+  std::vector<float> penalised_;       ///< the logits after the repetition penalty
 };
-
-/// Index of the largest logit (the first one on ties).
-int32_t argmax(const float* logits, int64_t n);
 
 }  // namespace larql

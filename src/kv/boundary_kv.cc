@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 
+#include "compute/logits.h"
 #include "kv/standard.h"
 #include "kv/state_file.h"
 #include "util/error.h"
@@ -14,11 +14,7 @@
 namespace larql {
 namespace {
 
-std::string archive_dir_for(const BoundaryKvOptions& o) {
-  if (!o.archive_dir.empty()) return o.archive_dir;
-  const char* env = std::getenv("LARQL_ARCHIVE_DIR");
-  return (env && *env) ? env : "./larql-archive";
-}
+std::string archive_dir_for(const BoundaryKvOptions& o) { return o.archive_dir.empty() ? "./larql-archive" : o.archive_dir; }
 
 uint64_t random_u64() {
   std::random_device rd;
@@ -45,10 +41,6 @@ void check_options(const BoundaryKvOptions& o) {
   if (o.chunk_tokens <= 0)
     throw Error(ErrorKind::InvalidArgument, "boundary-kv: chunk_tokens must be positive, got " + std::to_string(o.chunk_tokens));
   if (!o.sequence_id.empty()) check_sequence_id(o.sequence_id);
-}
-
-int32_t argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 }  // namespace
@@ -78,7 +70,7 @@ void BoundaryKvEngine::emit(boundary::FrameKind kind, const float* residual) {
     std::vector<float> hat(static_cast<size_t>(c.hidden));
     boundary::decode(boundary::Codec::Int8Clip3Sigma, p.data(), p.size(), c.hidden, hat.data());
     fwd_->logits(hat.data(), 1, lg.data());
-    agrees = argmax(lg) == conf.top1_token;
+    agrees = compute::argmax(lg.data(), c.vocab) == conf.top1_token;
   }
   boundary::Frame f;
   f.kind = kind;

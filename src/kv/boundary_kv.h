@@ -3,8 +3,9 @@
 // and Resume: a new process rebuilds the sequence from the archive alone.
 //
 // Archive location: `<dir>/<sequence_id>`, one append-only file per sequence (format:
-// src/boundary/archive.h). `dir` is BoundaryKvOptions::archive_dir, else $LARQL_ARCHIVE_DIR,
-// else `./larql-archive` (there is no spec key for it: ENGINES.md does not list one).
+// src/boundary/archive.h). `dir` is BoundaryKvOptions::archive_dir (spec key `archive_dir`),
+// else `./larql-archive`. The engine reads no environment variable: the CLI turns
+// $LARQL_ARCHIVE_DIR into the spec key (docs/engines.md).
 //
 // A frame holds the final-layer residual (before the final norm; the engine's output hidden
 // state) of the chunk's last position, encoded by the codec the confidence gate picks from that
@@ -32,7 +33,7 @@ struct BoundaryKvOptions {
   /// sequence ("seq-<16 hex>", made at prefill; a saved state remembers it), so two sequences
   /// never share an archive.
   std::string sequence_id;
-  std::string archive_dir;     ///< "" = $LARQL_ARCHIVE_DIR or ./larql-archive
+  std::string archive_dir;     ///< "" = ./larql-archive
   boundary::GateConfig gate;
 };
 

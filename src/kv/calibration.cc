@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "compute/logits.h"
 #include "kv/cached_residual.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -25,25 +26,13 @@ ColdCodec codec_from_name(const std::string& s, const std::string& where) {
 
 int idx(ColdCodec c) { return c == ColdCodec::F32 ? 0 : c == ColdCodec::Bf16 ? 1 : 2; }
 
-void log_softmax(const std::vector<float>& x, std::vector<double>& out) {
-  out.resize(x.size());
-  double mx = -1e300, s = 0;
-  for (float v : x) mx = std::max(mx, static_cast<double>(v));
-  for (float v : x) s += std::exp(v - mx);
-  const double lse = mx + std::log(s);
-  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - lse;
-}
-
 std::string how_to_make() {
   return "run `larql calibrate MODEL --engine boundary-per-layer --budget X` (X: KL budget in nats, e.g. 0.01)";
 }
 
 }  // namespace
 
-std::string bpl_record_path(const std::string& model_path) {
-  const char* e = std::getenv("LARQL_BPL_RECORD");
-  return e != nullptr && *e ? std::string(e) : model_path + ".bpl.json";
-}
+std::string bpl_record_path(const std::string& model_path) { return model_path + ".bpl.json"; }
 
 std::string corpus_id(const std::vector<int32_t>& tokens) {
   uint64_t h = 1469598103934665603ull;
@@ -196,7 +185,7 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
   std::vector<std::vector<float>> ref(static_cast<size_t>(S));
   std::vector<double> lp, lq;
   for (int64_t s = 0; s < S; ++s) {
-    log_softmax(logits(base.decode_step(corpus[static_cast<size_t>(P + s)])), lp);
+    compute::log_softmax(logits(base.decode_step(corpus[static_cast<size_t>(P + s)])).data(), c.vocab, lp);
     ref[static_cast<size_t>(s)].assign(lp.begin(), lp.end());
   }
   BplRecord r;
@@ -220,11 +209,9 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
   auto mean_kl = [&](CachedResidualEngine e) {
     double sum = 0, sum2 = 0;
     for (int64_t s = 0; s < S; ++s) {
-      log_softmax(logits(e.decode_step(corpus[static_cast<size_t>(P + s)])), lq);
-      const auto& p = ref[static_cast<size_t>(s)];
-      double k = 0;
-      for (size_t i = 0; i < lq.size(); ++i) k += std::exp(static_cast<double>(p[i])) * (p[i] - lq[i]);
-      k = std::max(0.0, k);
+      compute::log_softmax(logits(e.decode_step(corpus[static_cast<size_t>(P + s)])).data(), c.vocab, lq);
+      // The reference's log-probabilities are kept in f32 (S x vocab of them).
+      const double k = compute::kl_nats(ref[static_cast<size_t>(s)].data(), lq.data(), c.vocab);
       sum += k;
       sum2 += k * k;
     }

@@ -44,7 +44,8 @@ struct BplRecord {
   std::vector<int64_t> cold_rows;               ///< per layer, at the end of the calibration context
 };
 
-/// "<model path>.bpl.json", or $LARQL_BPL_RECORD when set.
+/// The default record path, "<model path>.bpl.json" (the spec key `record` overrides it; the CLI
+/// sets that key from $LARQL_BPL_RECORD).
 std::string bpl_record_path(const std::string& model_path);
 /// Error{BackendUnavailable} (with how to make one) when absent; Error{Format} when malformed,
 /// damaged (checksum), of another version, or holding a non-finite number. Registers the file as

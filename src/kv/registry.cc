@@ -184,11 +184,13 @@ const std::vector<EngineEntry>& engine_registry() {
        {"boundary_per_layer", "boundary-pl"},
        {{"window", KeyType::Int, "", "hot tier (default: the calibration record's window; another value is refused)", {}},
         {"layers", KeyType::Int, "", "layer count (default: the model's; must equal it)", {}},
-        {"budget", KeyType::Float, "", "KL budget in nats: the record's bound must be <= budget (default: not checked)", {}}},
+        {"budget", KeyType::Float, "", "KL budget in nats: the record's bound must be <= budget (default: not checked)", {}},
+        {"record", KeyType::String, "", "calibration record (default: <model>.bpl.json; the CLI's: $LARQL_BPL_RECORD when set)", {}}},
        "markov-rs with a per-layer cold-tier codec (f32/bf16/int8) from `larql calibrate` (<model>.bpl.json); cold K/V cached",
        "end-to-end mean KL vs standard <= the calibration record's bound on held-out text",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
-         const std::string path = bpl_record_path(f->model().path());
+         const std::string record = s.get_string("record", "");
+         const std::string path = record.empty() ? bpl_record_path(f->model().path()) : record;
          const double budget = s.get_double("budget", -1.0);
          return make_boundary_per_layer(std::move(f), path, s.get_int("window", 0), s.get_int("layers", 0), budget);
        }},
@@ -220,9 +222,9 @@ const std::vector<EngineEntry>& engine_registry() {
        {{"window", KeyType::Int, "", "as standard:window=N, with the sink (default: unbounded)", {}},
         {"chunk_tokens", KeyType::Int, "512", "a boundary frame at the end of every chunk of this many tokens", {}},
         {"sequence_id", KeyType::String, "",
-         "archive file name under $LARQL_ARCHIVE_DIR (default ./larql-archive); letters, digits, '.', '_', '-' "
+         "archive file name under archive_dir; letters, digits, '.', '_', '-' "
          "(default: a fresh id per sequence, kept in its saved state)", {}},
-        {"archive_dir", KeyType::String, "", "directory of the archives (default: $LARQL_ARCHIVE_DIR, else ./larql-archive)", {}}},
+        {"archive_dir", KeyType::String, "", "directory of the archives (default: ./larql-archive; the CLI's: $LARQL_ARCHIVE_DIR when set)", {}}},
        "standard K/V + gated bf16/int8 boundary frames (residual, tokens, confidence) in an on-disk archive",
        "identical to standard; resume from the archive replays its tokens exactly",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {

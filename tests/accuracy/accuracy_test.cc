@@ -4,10 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 
+#include "compute/logits.h"
 #include "formats/gguf.h"
 #include "inference/forward.h"
 #include "model/model.h"
@@ -25,7 +31,7 @@ std::vector<double> logs(std::vector<double> p) {
 TEST(Distributions, LogSoftmaxOfEqualLogitsIsUniform) {
   const float x[4] = {3, 3, 3, 3};
   std::vector<double> out;
-  log_softmax(x, 4, out);
+  compute::log_softmax(x, 4, out);
   for (double v : out) EXPECT_NEAR(v, std::log(0.25), 1e-12);
 }
 
@@ -64,7 +70,7 @@ TEST(Distributions, BitsAndArgmax) {
   EXPECT_NEAR(surprisal_bits(lp, 0), 1.0, 1e-12);
   EXPECT_NEAR(surprisal_bits(lp, 1), 2.0, 1e-12);
   EXPECT_NEAR(surprisal_bits(lp, 3), 3.0, 1e-12);
-  EXPECT_EQ(argmax_of(lp), 0);
+  EXPECT_EQ(compute::argmax(lp.data(), 4), 0);
   EXPECT_THROW(surprisal_bits(lp, 4), Error);
   EXPECT_THROW(kl_nats(lp, logs({0.5, 0.5})), Error);
 }
@@ -119,6 +125,25 @@ TEST(Corpus, ParsesJsonlAndNamesBadLines) {
     EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos);
   }
   EXPECT_THROW(parse_jsonl("not json\n", "x"), Error);
+}
+
+// Issue 9: the library reads no environment variable. $LARQL_ACCURACY_DATA is the CLI's; it
+// passes it as `first_choice`.
+TEST(Corpus, DataDirComesFromTheArgumentsNotTheEnvironment) {
+  const auto dir = std::filesystem::temp_directory_path() / ("larql-acc-data-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "parametric.jsonl") << "{\"prompt\": \"a\", \"answer\": \" b\"}\n";
+  ::setenv("LARQL_ACCURACY_DATA", dir.c_str(), 1);
+  std::string found;
+  try {
+    found = find_data_dir("");  // ./data/accuracy or the source tree's, or none
+  } catch (const Error&) {
+  }
+  ::unsetenv("LARQL_ACCURACY_DATA");
+  EXPECT_NE(found, dir.string());
+  EXPECT_EQ(find_data_dir("", dir.string()), dir.string());
+  EXPECT_EQ(find_data_dir(dir.string(), "elsewhere"), dir.string());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Corpus, ShippedCorporaAreBigEnough) {

@@ -26,12 +26,12 @@ SamplerParams params(float temp, int top_k = 0, float top_p = 1.0f, float min_p 
 
 const std::vector<float> kLogits = {0.5f, 2.0f, -1.0f, 1.9f, 0.0f, 1.0f};  // argmax = 1
 
-TEST(Sampler, Argmax) {
-  EXPECT_EQ(argmax(kLogits.data(), 6), 1);
+TEST(Sampler, Argmax) {  // compute::argmax (tests/compute/logits_test.cc), as the sampler uses it
+  EXPECT_EQ(compute::argmax(kLogits.data(), 6), 1);
   const float ties[3] = {3.0f, 5.0f, 5.0f};
-  EXPECT_EQ(argmax(ties, 3), 1);  // first on ties
+  EXPECT_EQ(compute::argmax(ties, 3), 1);  // first on ties
   const float one[1] = {-7.0f};
-  EXPECT_EQ(argmax(one, 1), 0);
+  EXPECT_EQ(compute::argmax(one, 1), 0);
 }
 
 TEST(Sampler, GreedyIsArgmax) {

@@ -190,15 +190,26 @@ TEST(BoundaryKv, SaveLoadStateContinuesAndErrors) {
 TEST(BoundaryKv, RegistrySpecAndBadOptions) {
   Syn s;
   const std::string dir = temp_dir("reg");
-  ::setenv("LARQL_ARCHIVE_DIR", dir.c_str(), 1);
-  auto e = make_engine(parse_engine_spec("boundary:chunk_tokens=64,sequence_id=abc"), s.fwd);
+  auto e = make_engine(parse_engine_spec("boundary:chunk_tokens=64,sequence_id=abc,archive_dir=" + dir), s.fwd);
   EXPECT_EQ(e->info().name, "boundary-kv");
   EXPECT_EQ(e->info().config, "chunk_tokens=64,sequence_id=abc");
   EXPECT_EQ(static_cast<BoundaryKvEngine*>(e.get())->archive_path(), dir + "/abc");
-  ::unsetenv("LARQL_ARCHIVE_DIR");
   expect_error(ErrorKind::InvalidArgument, [&] { parse_engine_spec("boundary-kv:chunk_tokens=0"); });
   expect_error(ErrorKind::InvalidArgument, [&] { parse_engine_spec("boundary-kv:archive=x"); });
   expect_error(ErrorKind::InvalidArgument, [&] { make_engine(parse_engine_spec("boundary_kv:sequence_id=../x"), s.fwd); });
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 9: engines read no environment variable. The archive directory is the spec's
+// `archive_dir`, else ./larql-archive; $LARQL_ARCHIVE_DIR is the CLI's default for that key
+// (tests/python/test_hardening_writes.py), which the engine itself ignores.
+TEST(BoundaryKv, ArchiveDirComesFromTheSpecNotTheEnvironment) {
+  Syn s;
+  const std::string dir = temp_dir("env");
+  ::setenv("LARQL_ARCHIVE_DIR", dir.c_str(), 1);
+  auto e = make_engine(parse_engine_spec("boundary-kv:sequence_id=abc"), s.fwd);
+  ::unsetenv("LARQL_ARCHIVE_DIR");
+  EXPECT_EQ(static_cast<BoundaryKvEngine*>(e.get())->archive_path(), "./larql-archive/abc");
   std::filesystem::remove_all(dir);
 }
 

@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "testlib/engine_testing.h"
 #include "testlib/paths.h"
+#include "testlib/synthetic_model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -94,6 +95,37 @@ TEST(BoundaryPerLayerPolicy, RecordRoundTripsAndMissingRecordSaysHowToMakeOne) {
     EXPECT_NE(std::string(e.what()).find("larql calibrate MODEL --engine boundary-per-layer --budget"), std::string::npos)
         << e.what();
   }
+}
+
+// Issue 9: engines read no environment variable. The record is the spec's `record`, else
+// <model>.bpl.json; $LARQL_BPL_RECORD is the CLI's default for that key, which the engine ignores.
+TEST(BoundaryPerLayerPolicy, RecordComesFromTheSpecNotTheEnvironment) {
+  auto sm = testing::make_synthetic_model();
+  auto fwd = std::make_shared<Forward>(Model::load(sm->path), 1);
+  EXPECT_EQ(bpl_record_path("dir/m.gguf"), "dir/m.gguf.bpl.json");
+  BplRecord rec;  // a valid record for this model: f32 on every layer
+  rec.fingerprint = fwd->model().fingerprint();
+  rec.window = 8;
+  rec.corpus_id = "hand-made";
+  rec.bound = 0.25;
+  for (int64_t l = 0; l < fwd->config().n_layers; ++l) {
+    rec.policy.push_back(ColdCodec::F32);
+    rec.cost.push_back({0, 0, 0});
+    rec.cold_rows.push_back(0);
+  }
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("larql-bpl-env-" + std::to_string(::getpid()) + ".json")).string();
+  write_bpl_record(path, rec);
+  ::setenv("LARQL_BPL_RECORD", path.c_str(), 1);
+  auto plain = make_engine(parse_engine_spec("boundary-per-layer"), fwd);
+  ::unsetenv("LARQL_BPL_RECORD");
+  EXPECT_NE(plain->info().config.find("uncalibrated"), std::string::npos) << plain->info().config;
+  EXPECT_NE(plain->info().note.find("no calibration record at " + bpl_record_path(sm->path)), std::string::npos)
+      << plain->info().note;
+  auto keyed = make_engine(parse_engine_spec("boundary-per-layer:record=" + path), fwd);
+  EXPECT_NE(keyed->info().config.find("bound=0.25"), std::string::npos) << keyed->info().config;
+  EXPECT_NE(keyed->info().config.find("window=8,"), std::string::npos) << keyed->info().config;
+  std::filesystem::remove(path);
 }
 
 std::vector<int32_t> text_tokens(const Tokenizer& tok, const std::string& unit, int64_t n) {

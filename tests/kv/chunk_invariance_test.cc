@@ -69,7 +69,6 @@ class ChunkInvariance : public ::testing::TestWithParam<std::string> {
   static void SetUpTestSuite() {
     dir_ = (std::filesystem::temp_directory_path() / ("larql-chunk-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir_);
-    ::setenv("LARQL_ARCHIVE_DIR", dir_.c_str(), 1);  // boundary-kv's archive
     testing::RealModel* r = testing::shared_real_model();
     if (r == nullptr) return;
     // boundary-per-layer needs a record: a hand-made one (window 64, the three codecs in turn over
@@ -83,14 +82,10 @@ class ChunkInvariance : public ::testing::TestWithParam<std::string> {
       rec.cost.push_back({0, 0, 0});
       rec.cold_rows.push_back(0);
     }
-    const std::string record = dir_ + "/record.bpl.json";
-    write_bpl_record(record, rec);
-    ::setenv("LARQL_BPL_RECORD", record.c_str(), 1);
+    write_bpl_record(record(), rec);
   }
-  static void TearDownTestSuite() {
-    ::unsetenv("LARQL_BPL_RECORD");
-    std::filesystem::remove_all(dir_);
-  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+  static std::string record() { return dir_ + "/record.bpl.json"; }
   static inline std::string dir_;
 };
 
@@ -101,7 +96,7 @@ TEST_P(ChunkInvariance, OnePrefillPrefixPlusDecodeAndDecodeOnlyAgree) {
   const int64_t n = spec == "no-cache" ? 24 : kTextTokens, k = spec == "no-cache" ? 16 : kPrefix;
   const std::vector<int32_t> ids = r.document(n);
   ASSERT_EQ(static_cast<int64_t>(ids.size()), n);
-  const EngineSpec parsed = parse_engine_spec(spec);
+  const EngineSpec parsed = testing::spec_with_files(spec, dir_, record());
   auto make = [&] { return make_engine(parsed, r.fwd); };
   const auto t0 = std::chrono::steady_clock::now();
 
@@ -154,7 +149,6 @@ class ChunkInvarianceSynthetic : public ::testing::TestWithParam<const char*> {
     fwd_ = std::make_shared<Forward>(Model::load(sm_->path), 2);
     dir_ = (std::filesystem::temp_directory_path() / ("larql-chunk-syn-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir_);
-    ::setenv("LARQL_ARCHIVE_DIR", dir_.c_str(), 1);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(dir_);
@@ -168,7 +162,7 @@ class ChunkInvarianceSynthetic : public ::testing::TestWithParam<const char*> {
 
 TEST_P(ChunkInvarianceSynthetic, OnePrefillPrefixPlusDecodeAndDecodeOnlyAgree) {
   const auto ids = testing::pseudo_text(40, 6, 270, 99);
-  const EngineSpec spec = parse_engine_spec(GetParam());
+  const EngineSpec spec = testing::spec_with_files(GetParam(), dir_);
   std::vector<std::vector<float>> each;
   auto c = make_engine(spec, fwd_);
   each.push_back(c->prefill({ids[0]}));

@@ -35,14 +35,13 @@ class EngineContract : public ::testing::TestWithParam<const char*> {
     fwd_ = std::make_shared<Forward>(Model::load(sm_->path), 2);
     dir_ = (std::filesystem::temp_directory_path() / ("larql-contract-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir_);
-    ::setenv("LARQL_ARCHIVE_DIR", dir_.c_str(), 1);  // boundary-kv's archive
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(dir_);
     fwd_.reset();
     delete sm_;
   }
-  std::unique_ptr<Engine> make() { return make_engine(parse_engine_spec(GetParam()), fwd_); }
+  std::unique_ptr<Engine> make() { return make_engine(testing::spec_with_files(GetParam(), dir_), fwd_); }
 
   static inline testing::SyntheticModel* sm_ = nullptr;
   static inline std::shared_ptr<Forward> fwd_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compute/logits.h"
 #include "inference/forward.h"
 #include "inference/kv_cache.h"
 #include "inference/sampler.h"
@@ -53,7 +54,7 @@ struct Gen {
         for (int64_t v = 0; v < c.vocab; ++v)
           if (seen[static_cast<size_t>(v)]) lg[v] = lg[v] > 0 ? lg[v] / penalty : lg[v] * penalty;
       }
-      const int32_t next = argmax(lg.data(), c.vocab);
+      const int32_t next = static_cast<int32_t>(compute::argmax(lg.data(), c.vocab));
       out.push_back(next);
       seq.push_back(next);
     }

@@ -105,7 +105,7 @@ TEST(Registry, EveryEngineAndKeyOfTheSpec) {
       {"no-cache", {}},
       {"markov-rs", {"window", "cold_kv"}},
       {"markov-rs-codec", {"window", "codec", "cold_kv"}},
-      {"boundary-per-layer", {"window", "layers", "budget"}},
+      {"boundary-per-layer", {"window", "layers", "budget", "record"}},
       {"turbo-quant", {"bits", "recent"}},
       {"unlimited-context", {"window", "sink"}},
       {"boundary-kv", {"window", "chunk_tokens", "sequence_id", "archive_dir"}},

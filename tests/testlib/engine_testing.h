@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compute/logits.h"
 #include "inference/forward.h"
 #include "kv/registry.h"
 #include "util/error.h"
@@ -45,27 +46,30 @@ inline std::vector<float> logits_of(Forward& f, const std::vector<float>& h) {
   return out;
 }
 
-/// KL(p || q) in nats between the softmaxes of two logit vectors (log-sum-exp in double;
-/// rounding-level negatives clamped to 0).
+/// KL(p || q) in nats between the softmaxes of two logit vectors of equal length
+/// (compute::log_softmax of each, then compute::kl_nats).
 inline double kl_logits(const std::vector<float>& p, const std::vector<float>& q) {
-  auto lse = [](const std::vector<float>& l) {
-    double m = -1e300, s = 0;
-    for (float x : l) m = std::max(m, double(x));
-    for (float x : l) s += std::exp(double(x) - m);
-    return m + std::log(s);
-  };
-  const double lp = lse(p), lq = lse(q);
-  double k = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double a = double(p[i]) - lp, b = double(q[i]) - lq;
-    k += std::exp(a) * (a - b);
-  }
-  return std::max(0.0, k);
+  if (p.size() != q.size()) throw Error(ErrorKind::InvalidArgument, "kl_logits: lengths differ");
+  std::vector<double> lp, lq;
+  compute::log_softmax(p.data(), static_cast<int64_t>(p.size()), lp);
+  compute::log_softmax(q.data(), static_cast<int64_t>(q.size()), lq);
+  return compute::kl_nats(lp.data(), lq.data(), static_cast<int64_t>(lp.size()));
+}
+
+/// parse_engine_spec(text) with the test's own files for the engines that keep some, where the
+/// spec leaves the key unset: boundary-kv's `archive_dir`, boundary-per-layer's `record` (engines
+/// read no environment variable; an empty argument leaves the engine's default).
+inline EngineSpec spec_with_files(const std::string& text, const std::string& archive_dir,
+                                  const std::string& record = "") {
+  EngineSpec s = parse_engine_spec(text);
+  if (s.name == "boundary-kv" && !archive_dir.empty() && !s.params.count("archive_dir")) s.params["archive_dir"] = archive_dir;
+  if (s.name == "boundary-per-layer" && !record.empty() && !s.params.count("record")) s.params["record"] = record;
+  return s;
 }
 
 /// Index of the largest logit (first on ties).
 inline int32_t argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  return static_cast<int32_t>(compute::argmax(v.data(), static_cast<int64_t>(v.size())));
 }
 
 /// `<bos>` (id 2) then n - 1 ids in [lo, lo + span) from a fixed LCG: the same text every run.
