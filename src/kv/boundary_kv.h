@@ -4,7 +4,7 @@
 //
 // Archive location: `<dir>/<sequence_id>`, one append-only file per sequence (format:
 // src/boundary/archive.h). `dir` is BoundaryKvOptions::archive_dir, else $LARQL_ARCHIVE_DIR,
-// else `./larql-archive` (there is no spec key for it: ENGINES.md does not list one).
+// else `./larql-archive` (docs/engines.md "Spec strings").
 //
 // A frame holds the final-layer residual (before the final norm; the engine's output hidden
 // state) of the chunk's last position, encoded by the codec the confidence gate picks from that
