@@ -1,6 +1,6 @@
 // The accuracy suite behind `larql accuracy`: corpora (parametric facts, needle-in-a-haystack,
 // context-vs-fact conflict), first-token scoring, and distribution distances vs the standard
-// engine. Spec: shared/design/ENGINES.md "Measurement".
+// engine. Spec: docs/engines.md "Measurement", docs/cli.md "accuracy".
 //
 // Scoring protocol (per case): the prompt + answer text is tokenized as one string (BOS first);
 // the scored token is the first answer token, skipping whitespace-only pieces (Gemma splits

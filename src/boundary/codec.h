@@ -1,6 +1,6 @@
 // The boundary codec: how one final-layer residual row (f32, [hidden]) is stored in a boundary
 // frame, the confidence metadata that goes with it, and the gate that chooses the codec.
-// Model-agnostic: takes f32 slices only. Design: shared/design/ENGINES.md (boundary-kv).
+// Model-agnostic: takes f32 slices only. Design: docs/engines.md "Boundary archive (boundary-kv)".
 #pragma once
 
 #include <cstddef>

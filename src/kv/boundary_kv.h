@@ -5,7 +5,7 @@
 // Archive location: `<dir>/<sequence_id>`, one append-only file per sequence (format:
 // src/boundary/archive.h). `dir` is BoundaryKvOptions::archive_dir (spec key `archive_dir`),
 // else `./larql-archive`. The engine reads no environment variable: the CLI turns
-// $LARQL_ARCHIVE_DIR into the spec key (docs/engines.md).
+// $LARQL_ARCHIVE_DIR into the spec key (docs/engines.md "Spec strings").
 //
 // A frame holds the final-layer residual (before the final norm; the engine's output hidden
 // state) of the chunk's last position, encoded by the codec the confidence gate picks from that

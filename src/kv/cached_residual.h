@@ -1,6 +1,6 @@
 // Residual-stream engines with a cached K/V tier: `markov-rs` and `markov-rs-codec` with
 // cold_kv=cache (their default) and `boundary-per-layer` (policy from a calibration record,
-// kv/calibration.h). Specification: shared/design/ENGINES.md.
+// kv/calibration.h). Specification: docs/engines.md "markov-rs".
 #pragma once
 
 #include <cstdint>

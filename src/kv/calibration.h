@@ -1,6 +1,6 @@
 // Calibration for `boundary-per-layer`: measure each layer's KL cost of encoding its cold tier
 // with each codec on a corpus, choose the cheapest per-layer policy under a KL budget, and keep
-// the result as a record next to the model. Specification: shared/design/ENGINES.md.
+// the result as a record next to the model. Specification: docs/engines.md "boundary-per-layer".
 #pragma once
 
 #include <array>

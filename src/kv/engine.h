@@ -1,5 +1,5 @@
 // The KV engine interface: a policy for what continuation state survives between tokens.
-// Specification: shared/design/ENGINES.md.
+// Specification: docs/engines.md "Interface".
 #pragma once
 
 #include <cstddef>

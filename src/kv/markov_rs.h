@@ -1,5 +1,5 @@
 // The residual-stream engines: `markov-rs` (exact) and `markov-rs-codec` (lossy cold tier).
-// Specification: shared/design/ENGINES.md ("markov-rs", "markov-rs-codec").
+// Specification: docs/engines.md ("markov-rs", "markov-rs-codec").
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Engine spec strings (`name` or `name:key=value,...`) and the registry table that parsing,
-// validation, `--help` and `larql engines` all read. Grammar: shared/design/ENGINES.md.
+// validation, `--help` and `larql engines` all read. Grammar: docs/engines.md "Spec strings".
 #pragma once
 
 #include <functional>

@@ -1,6 +1,6 @@
 // Shared pieces of the residual-stream engines (markov-rs in both cold_kv modes, markov-rs-codec,
 // boundary-per-layer): cold-tier row codecs, the row store, the per-layer tier limits and the
-// state-file layout of the tiers. Specification: shared/design/ENGINES.md.
+// state-file layout of the tiers. Specification: docs/engines.md "markov-rs".
 #pragma once
 
 #include <algorithm>

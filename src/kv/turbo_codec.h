@@ -1,4 +1,4 @@
-// The turbo-quant vector codec (shared/design/ENGINES.md "turbo-quant"): a vector x of length D
+// The turbo-quant vector codec (docs/engines.md "turbo-quant"): a vector x of length D
 // (a power of two; one attention head) is stored as an f32 gain (about its norm) plus one b-bit index per
 // coordinate of the rotated unit vector R·x/‖x‖, where R is a randomised, orthonormal
 // Walsh–Hadamard transform and the indices select Lloyd–Max levels for N(0, 1/D).

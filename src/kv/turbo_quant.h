@@ -1,5 +1,5 @@
 // The `turbo-quant` engine: K/V quantised in place to 3 or 4 bits per coordinate
-// (shared/design/ENGINES.md "turbo-quant"; the codec: kv/turbo_codec.h; docs/engines.md).
+// (docs/engines.md "turbo-quant"; the codec: kv/turbo_codec.h).
 #pragma once
 
 #include <memory>

@@ -7,7 +7,7 @@
 namespace larql {
 
 /// What went wrong, coarsely; the message says exactly what and where.
-/// The engine kinds (EmptyPrompt .. BackendFailure) follow shared/design/ENGINES.md.
+/// The engine kinds (EmptyPrompt .. BackendFailure) follow docs/engines.md "Errors".
 enum class ErrorKind {
   InvalidArgument,     ///< a flag, spec string or API argument is out of range
   Usage,               ///< a command-line value found out of range after parsing (CLI exit 2)

@@ -1,4 +1,4 @@
-// boundary-per-layer: policy choice (unit), and its contract on the real model (ENGINES.md):
+// boundary-per-layer: policy choice (unit), and its contract on the real model (docs/engines.md):
 // calibrate on one text, then end-to-end mean KL vs standard on a different, held-out text stays
 // within the record's bound; a record for another model is refused; a missing record says how
 // to make one. Sized for a 2-core machine (~1 min).

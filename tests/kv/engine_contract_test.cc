@@ -1,4 +1,4 @@
-// The contract every engine shares (ENGINES.md, engine.h), checked uniformly over the engines as
+// The contract every engine shares (docs/engines.md "Interface", kv/engine.h), checked uniformly over the engines as
 // `--engine` builds them, on the synthetic model: decode before prefill is InvariantViolation,
 // an empty prompt is EmptyPrompt, save_state then load_state (into a fresh engine) continues with
 // identical logits, and a state file from another engine is refused with InvariantViolation.

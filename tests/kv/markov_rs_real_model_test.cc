@@ -1,4 +1,4 @@
-// Contracts of no-cache, markov-rs and markov-rs-codec on the real model (ENGINES.md). Every
+// Contracts of no-cache, markov-rs and markov-rs-codec on the real model (docs/engines.md). Every
 // engine runs in lockstep with `standard` on standard's greedy tokens; expected values come from
 // standard (or, for the codec, from markov-rs), never from the engine under test.
 //

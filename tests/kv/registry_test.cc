@@ -1,4 +1,4 @@
-// Engine spec strings (grammar: shared/design/ENGINES.md "Spec strings").
+// Engine spec strings (grammar: docs/engines.md "Spec strings").
 #include <gtest/gtest.h>
 
 #include <string>
@@ -98,7 +98,7 @@ TEST(Registry, RegistryTable) {
   EXPECT_FALSE(reg[0].contract.empty());
 }
 
-// Every engine of ENGINES.md's table is in the registry, in ladder order, with its keys.
+// Every engine of docs/engines.md's table is in the registry, in ladder order, with its keys.
 TEST(Registry, EveryEngineAndKeyOfTheSpec) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> spec = {
       {"standard", {"window", "sink"}},

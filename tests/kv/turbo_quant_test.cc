@@ -1,4 +1,4 @@
-// The turbo-quant engine and its codec (shared/design/ENGINES.md "turbo-quant").
+// The turbo-quant engine and its codec (docs/engines.md "turbo-quant").
 //
 // Codec math is checked against hand-derived values (Walsh–Hadamard of small vectors, packed
 // bytes) and the published Lloyd–Max optimum for a Gaussian (Max 1960, "Quantizing for minimum

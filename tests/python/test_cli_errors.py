@@ -1,4 +1,4 @@
-"""Bad input gives a clear error and a non-zero exit, never a crash (ARCHITECTURE.md, Errors).
+"""Bad input gives a clear error and a non-zero exit, never a crash (docs/architecture.md "Errors").
 
 Each case: exit status in 1..127 (not killed by a signal, not a shell 'signal' status >= 128),
 stderr has a line starting with `error:` that names the problem, and no crash marker.

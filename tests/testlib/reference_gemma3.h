@@ -1,5 +1,5 @@
 // An independent, naive double-precision Gemma 3 forward pass over the synthetic model's raw f32
-// weights, written from shared/design/GEMMA3.md (not from src/inference). Test-only.
+// weights, written from docs/gemma3.md (not from src/inference). Test-only.
 #pragma once
 
 #include <cmath>

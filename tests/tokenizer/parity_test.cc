@@ -70,7 +70,7 @@ const Tokenizer& gemma() {
 TEST(TokenizerGemma, VocabularyFacts) {
   LARQL_REQUIRE_MODEL(model);
   const Tokenizer& t = gemma();
-  // shared/design/GEMMA3.md: vocab 262,144; pad 0, eos 1, bos 2, unk 3; add_bos true.
+  // docs/gemma3.md "The default model": vocab 262,144; pad 0, eos 1, bos 2, unk 3; add_bos true.
   EXPECT_EQ(t.vocab_size(), 262144);
   EXPECT_EQ(t.pad_id(), 0);
   EXPECT_EQ(t.eos_id(), 1);
