@@ -45,22 +45,9 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("larql-tqtest-" + std::to_string(::getpid()) + "-" + name)).string();
 }
 
-double cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb);
-}
+using testing::cosine;
 
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, double(std::abs(a[i] - b[i])));
-  return d;
-}
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) { return testing::max_abs_diff(a, b); }
 
 
 

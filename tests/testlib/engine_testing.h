@@ -82,6 +82,17 @@ inline std::vector<int32_t> pseudo_text(int64_t n, int32_t lo, int32_t span, uin
   return ids;
 }
 
+/// Cosine of a and b (n floats each), accumulated in double.
+inline double cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
 inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   float m = 0;
