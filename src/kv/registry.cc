@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
 #include "kv/standard.h"
 #include "kv/no_cache.h"
@@ -190,6 +191,14 @@ const std::vector<EngineEntry>& engine_registry() {
        "end-to-end mean KL vs standard <= the calibration record's bound on held-out text",
        [](std::shared_ptr<Forward> f, const EngineSpec& s) -> std::unique_ptr<Engine> {
          const std::string record = s.get_string("record", "");
+         // Uncalibrated (bf16) is the fallback for the default path only: a record named by the
+         // spec (or by $LARQL_BPL_RECORD through the CLI) must exist.
+         std::error_code ec;
+         if (!record.empty() && !std::filesystem::exists(record, ec))
+           throw Error(ErrorKind::NotFound, "boundary-per-layer: record=" + record +
+                                                ": no such file (make one with `larql calibrate MODEL --engine "
+                                                "boundary-per-layer --budget X -o " + record +
+                                                "`, or leave record unset to run uncalibrated)");
          const std::string path = record.empty() ? bpl_record_path(f->model().path()) : record;
          const double budget = s.get_double("budget", -1.0);
          return make_boundary_per_layer(std::move(f), path, s.get_int("window", 0), s.get_int("layers", 0), budget);

@@ -20,8 +20,16 @@ namespace larql {
 namespace {
 
 std::mutex g_inputs_mu;
-std::map<std::pair<dev_t, ino_t>, std::string>& inputs() {
-  static std::map<std::pair<dev_t, ino_t>, std::string> m;
+/// A registered input: its role in errors, and a descriptor held open so that the inode stays
+/// allocated while registered — were the file deleted, a new file could otherwise get the same
+/// device + inode and be mistaken for it (-1 when the file cannot be opened for reading).
+struct Input {
+  std::string role;
+  int fd = -1;
+};
+
+std::map<std::pair<dev_t, ino_t>, Input>& inputs() {
+  static std::map<std::pair<dev_t, ino_t>, Input> m;
   return m;
 }
 
@@ -76,7 +84,7 @@ bool check_target(const std::string& target, const std::string& shown, const std
       auto it = inputs().find({st.st_dev, st.st_ino});
       if (it != inputs().end())
         throw Error(ErrorKind::InvalidArgument,
-                    label(flag, shown) + " is " + it->second + " this command reads; refusing to overwrite it");
+                    label(flag, shown) + " is " + it->second.role + " this command reads; refusing to overwrite it");
     }
     if (!S_ISREG(st.st_mode)) return true;
   }
@@ -98,10 +106,15 @@ std::string temp_template(const std::string& target) {
 }  // namespace
 
 void register_input(const std::string& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return;
+  if ((fd >= 0 ? ::fstat(fd, &st) : ::stat(path.c_str(), &st)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return;
+  }
   std::lock_guard<std::mutex> lock(g_inputs_mu);
-  inputs().emplace(std::make_pair(st.st_dev, st.st_ino), what);
+  const bool added = inputs().emplace(std::make_pair(st.st_dev, st.st_ino), Input{what, fd}).second;
+  if (!added && fd >= 0) ::close(fd);  // already registered (and held)
 }
 
 std::string input_role(const std::string& path) {
@@ -109,11 +122,13 @@ std::string input_role(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) return "";
   std::lock_guard<std::mutex> lock(g_inputs_mu);
   auto it = inputs().find({st.st_dev, st.st_ino});
-  return it == inputs().end() ? "" : it->second;
+  return it == inputs().end() ? "" : it->second.role;
 }
 
 void clear_inputs() {
   std::lock_guard<std::mutex> lock(g_inputs_mu);
+  for (auto& [id, in] : inputs())
+    if (in.fd >= 0) ::close(in.fd);
   inputs().clear();
 }
 

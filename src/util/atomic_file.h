@@ -17,7 +17,9 @@
 namespace larql {
 
 /// Record that this process reads `path` as input. `what` names it in errors ("the model",
-/// "the corpus"). Symlinks are followed; a path that does not exist is ignored. Thread-safe.
+/// "the corpus"). Symlinks are followed; a path that does not exist is ignored. The file is held
+/// open (one descriptor) until clear_inputs(), so its device + inode cannot be reused by a new
+/// file while registered. Thread-safe.
 void register_input(const std::string& path, const std::string& what);
 
 /// What `path` is as a registered input ("the model"), or "" when it is not one.

@@ -19,18 +19,19 @@ def larql(larql_bin, *args, env=None):
 
 
 def test_bpl_record_from_the_environment_becomes_the_record_key(larql_bin, model_path, tmp_path):
-    record = tmp_path / "none.bpl.json"  # absent: the engine runs uncalibrated and names the path
+    # A record named by the environment (so by the spec) must exist: an absent one is NotFound,
+    # naming the path. (An absent default <model>.bpl.json runs uncalibrated: tests/kv.)
+    record = tmp_path / "none.bpl.json"
     p = larql(larql_bin, "run", model_path, "Once upon a time", "-n", "1", "--temperature", "0", "--json",
               "--engine", "boundary-per-layer", env={"LARQL_BPL_RECORD": str(record)})
-    assert p.returncode == 0, p.stderr
-    assert f"no calibration record at {record}" in p.stderr, p.stderr
-    assert json.loads(p.stdout)["engine"] == f"boundary-per-layer:record={record}"
+    assert p.returncode != 0, p.stdout
+    assert f"record={record}: no such file" in p.stderr, p.stderr
     # An explicit key wins over the environment.
     other = tmp_path / "other.bpl.json"
     p = larql(larql_bin, "run", model_path, "Once upon a time", "-n", "1", "--temperature", "0", "--json",
               "--engine", f"boundary-per-layer:record={other}", env={"LARQL_BPL_RECORD": str(record)})
-    assert p.returncode == 0, p.stderr
-    assert f"no calibration record at {other}" in p.stderr, p.stderr
+    assert p.returncode != 0, p.stdout
+    assert f"record={other}: no such file" in p.stderr, p.stderr
 
 
 def test_archive_dir_from_the_environment_becomes_the_archive_dir_key(larql_bin, model_path, tmp_path):

@@ -87,6 +87,25 @@ TEST_F(AtomicWriterTest, RefusesARegisteredInputByIdentityNotName) {
   EXPECT_EQ(input_role(link.string()), "the model");
 }
 
+TEST_F(AtomicWriterTest, ADeletedInputsInodeIsNotReusedByANewFile) {
+  // Found by running the engine contract tests in one process: a calibration record registered
+  // as input, then deleted, left its device + inode in the registry, and a new archive file that
+  // got the same inode was refused as "the calibration record". A registered input is held open,
+  // so its inode stays allocated; every new file here must be free to write.
+  for (int i = 0; i < 20; ++i) {
+    const fs::path in = dir_ / ("record-" + std::to_string(i) + ".json");
+    spit(in, "record");
+    register_input(in.string(), "the calibration record");
+    fs::remove(in);
+    const fs::path out = dir_ / ("archive-" + std::to_string(i));
+    spit(out, "frames");
+    EXPECT_EQ(input_role(out.string()), "") << out;
+    AtomicWriter w(out.string(), "archive");
+    w.write("x", 1);
+    w.commit();
+  }
+}
+
 TEST_F(AtomicWriterTest, SymlinkTargetIsReplacedAndTheLinkKept) {
   const fs::path real = dir_ / "real.json", sym = dir_ / "alias.json";
   spit(real, "{}");
