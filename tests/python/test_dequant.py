@@ -10,11 +10,12 @@ Tool location: $LARQL_DEQUANT_DUMP, else $LARQL_BUILD_DIR/larql_dequant_dump (or
 LARQL_BUILD_DIR defaulting to <repo>/build. Model: $LARQL_MODEL or models/gemma-3-270m-q4_k_m.gguf.
 """
 import os
-import struct
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from gguf_table import read_tensor_table, reference_dequant
 
 np = pytest.importorskip("numpy", reason="numpy missing: run `make setup` (venv)")
 gguf = pytest.importorskip("gguf", reason="gguf package missing: run `make setup` (venv)")
@@ -45,67 +46,6 @@ def model():
     return MODEL
 
 
-# GGUF value types (ggml/docs/gguf.md): fixed sizes; 8 = string, 9 = array.
-_SCALAR_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
-def read_tensor_table(path: Path):
-    """Minimal GGUF v2/v3 tensor-table reader, independent of larql's parser (gguf.GGUFReader
-    spends ~40 s building the 262k-entry vocabulary fields; we only need the tensor table).
-    Returns (memmap of the file, {name: (GGMLQuantizationType, dims, absolute data offset)})."""
-    mm = np.memmap(path, dtype=np.uint8, mode="r")
-    buf = memoryview(mm)
-    pos = 0
-
-    def take(fmt):
-        nonlocal pos
-        vals = struct.unpack_from("<" + fmt, buf, pos)
-        pos += struct.calcsize("<" + fmt)
-        return vals if len(vals) > 1 else vals[0]
-
-    def string():
-        nonlocal pos
-        n = take("Q")
-        s = bytes(buf[pos:pos + n]).decode("utf-8", "replace")
-        pos += n
-        return s
-
-    def skip_value(vtype):
-        nonlocal pos
-        if vtype == 8:
-            n = take("Q")  # (not `pos += take(...)`: that reads pos before take moves it)
-            pos += n
-        elif vtype == 9:
-            etype, count = take("IQ")
-            if etype in _SCALAR_SIZE:
-                pos += _SCALAR_SIZE[etype] * count
-            else:
-                for _ in range(count):
-                    skip_value(etype)
-        else:
-            pos += _SCALAR_SIZE[vtype]
-
-    magic, version, n_tensors, n_kv = take("4sIQQ")
-    assert magic == b"GGUF" and version in (2, 3), (magic, version)
-    alignment = 32
-    for _ in range(n_kv):
-        key = string()
-        vtype = take("I")
-        if key == "general.alignment" and vtype == 4:
-            alignment = take("I")
-        else:
-            skip_value(vtype)
-    infos = []
-    for _ in range(n_tensors):
-        name = string()
-        n_dims = take("I")
-        dims = [take("Q") for _ in range(n_dims)]
-        ttype, offset = take("IQ")
-        infos.append((name, gguf.GGMLQuantizationType(ttype), dims, offset))
-    data_start = (pos + alignment - 1) // alignment * alignment
-    return mm, {name: (tt, dims, data_start + off) for name, tt, dims, off in infos}
-
-
 def read_into(stream, n_floats: int):
     arr = np.empty(n_floats, dtype="<f4")
     view = memoryview(arr).cast("B")
@@ -116,20 +56,6 @@ def read_into(stream, n_floats: int):
             raise AssertionError("dump stream ended early (%d of %d bytes)" % (got, len(view)))
         got += k
     return arr
-
-
-def reference_dequant(mm, ttype, dims, offset, rows_per_chunk=8192):
-    """gguf.quants.dequantize over row chunks (numpy is ~2x faster on cache-sized pieces)."""
-    block, type_size = gguf.GGML_QUANT_SIZES[ttype]
-    row_len = dims[0]
-    n_rows = int(np.prod(dims[1:])) if len(dims) > 1 else 1
-    row_bytes = row_len // block * type_size
-    raw = np.asarray(mm[offset:offset + row_bytes * n_rows]).reshape(n_rows, row_bytes)
-    if ttype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-        raw = raw.view(np.float32 if ttype == gguf.GGMLQuantizationType.F32 else np.float16)
-    for r in range(0, n_rows, rows_per_chunk):
-        out = gguf.quants.dequantize(raw[r:r + rows_per_chunk], ttype)
-        yield r * row_len, np.asarray(out, dtype=np.float32).reshape(-1)
 
 
 def stream_tensors(tool: Path, model: Path, names=()):
