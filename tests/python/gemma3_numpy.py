@@ -6,6 +6,7 @@ the `gguf` package's dequantisation, every product runs in float64 with no quant
 Its logits are the "exact" answer for the weights in the file.
 
     w = load_gguf(path)            # weights and config from a Gemma 3 GGUF
+    w = load_hf(directory)         # or from a Hugging Face directory (config.json + safetensors)
     logits = forward(w, ids)       # [len(ids), vocab] float32 (computed in float64)
 
 Per layer (x: [T, hidden] residual):
@@ -65,6 +66,55 @@ def load_gguf(path: Path) -> dict:
     w = {"config": cfg}
     for name in table:
         w[name] = dequantize_tensor(mm, table, name)
+    return w
+
+
+# Hugging Face Gemma 3 names -> the GGUF names the forward pass uses.
+_HF_LAYER = {
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight", "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def load_hf(directory: Path) -> dict:
+    """Weights and config from a Hugging Face Gemma 3 directory: config.json and
+    model.safetensors (or the shards model.safetensors.index.json names). Hugging Face stores
+    Gemma's norm weights as w; the multiplier 1 + w is formed here."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    directory = Path(directory)
+    cfg_json = json.loads((directory / "config.json").read_text())
+    cfg = Config(
+        n_layers=int(cfg_json["num_hidden_layers"]), hidden=int(cfg_json["hidden_size"]),
+        n_heads=int(cfg_json["num_attention_heads"]), n_kv_heads=int(cfg_json["num_key_value_heads"]),
+        head_dim=int(cfg_json["head_dim"]), eps=float(cfg_json["rms_norm_eps"]),
+        sliding_window=int(cfg_json["sliding_window"]), rope_global=float(cfg_json["rope_theta"]),
+        rope_local=float(cfg_json.get("rope_local_base_freq", 10_000.0)),
+        query_pre_attn_scalar=float(cfg_json.get("query_pre_attn_scalar", cfg_json["head_dim"])),
+    )
+    index = directory / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    w = {"config": cfg}
+    for f in files:
+        for name, arr in load_file(str(directory / f)).items():
+            if name == "model.embed_tokens.weight":
+                key = "token_embd.weight"
+            elif name == "model.norm.weight":
+                key = "output_norm.weight"
+            elif name == "lm_head.weight":
+                key = "output.weight"
+            else:
+                _, _, layer, rest = name.split(".", 3)
+                key = f"blk.{layer}.{_HF_LAYER[rest]}"
+            arr = arr.astype(np.float32)
+            w[key] = arr + 1.0 if key.endswith("norm.weight") else arr
     return w
 
 

@@ -15,8 +15,9 @@ import numpy as np
 _SCALAR_FMT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
-def read_gguf(path: Path):
-    """Returns (memmap of the file, {key: scalar or string metadata value} (arrays skipped),
+def read_gguf(path: Path, arrays: tuple = ()):
+    """Returns (memmap of the file, {key: scalar or string metadata value} (arrays skipped unless
+    their key is in `arrays`: then a list of strings or a numpy array),
     {tensor name: (GGMLQuantizationType, dims fastest-first, absolute data offset)})."""
     mm = np.memmap(path, dtype=np.uint8, mode="r")
     buf = memoryview(mm)
@@ -60,6 +61,14 @@ def read_gguf(path: Path):
             meta[key] = take(_SCALAR_FMT[vtype])
         elif vtype == 8:
             meta[key] = string()
+        elif vtype == 9 and key in arrays:
+            etype, count = take("IQ")
+            if etype == 8:
+                meta[key] = [string() for _ in range(count)]
+            else:
+                fmt = _SCALAR_FMT[etype]
+                meta[key] = np.frombuffer(buf, dtype=np.dtype("<" + fmt), count=count, offset=pos).copy()
+                pos += struct.calcsize("<" + fmt) * count
         else:
             skip_value(vtype)
     alignment = int(meta.get("general.alignment", 32))
