@@ -20,6 +20,7 @@ import sys
 LAYERS = {
     "util": [],
     "formats": ["util"],
+    "vindex": ["util"],
     "quant": ["util"],
     "compute": ["quant"],
     "model": ["compute", "formats"],

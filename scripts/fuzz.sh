@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the GGUF and safetensors readers and the engine state-file readers with libFuzzer (+ASan/UBSan).
+# Fuzz the GGUF and safetensors readers, the vindex metadata readers and the engine state-file readers with libFuzzer (+ASan/UBSan).
 # Usage: scripts/fuzz.sh [BUILD_DIR=build-fuzz] [SECONDS=60]   (SECONDS per target)
 # Configures BUILD_DIR with clang (RelWithDebInfo, LARQL_FUZZ=ON, LARQL_BUILD_TESTS=OFF) if it is
 # not configured yet, builds the targets, seeds the git-ignored fuzz/corpus-work/ (the committed
@@ -26,12 +26,13 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     -DCMAKE_CXX_COMPILER="$CXX_BIN" \
     -DLARQL_FUZZ=ON -DLARQL_BUILD_TESTS=OFF
 fi
-cmake --build "$BUILD_DIR" --target gguf_fuzz safetensors_fuzz state_fuzz -j "$JOBS"
+cmake --build "$BUILD_DIR" --target gguf_fuzz safetensors_fuzz vindex_fuzz state_fuzz -j "$JOBS"
 
 WORK="$ROOT/fuzz/corpus-work"
-mkdir -p "$WORK/gguf" "$WORK/safetensors" "$WORK/state" "$WORK/artifacts"
+mkdir -p "$WORK/gguf" "$WORK/safetensors" "$WORK/vindex" "$WORK/state" "$WORK/artifacts"
 cp -n "$ROOT"/fuzz/corpus/gguf/* "$WORK/gguf/" 2>/dev/null || true
 cp -n "$ROOT"/fuzz/corpus/safetensors/* "$WORK/safetensors/" 2>/dev/null || true
+cp -n "$ROOT"/fuzz/corpus/vindex/* "$WORK/vindex/" 2>/dev/null || true
 "$BUILD_DIR/fuzz/state_fuzz" -write_seeds="$WORK/state" >/dev/null 2>&1  # one valid state per engine
 
 # run_target NAME CORPUS MAX_LEN: run one target for SECONDS_TO_RUN; exit 1 on a finding.
@@ -56,4 +57,5 @@ run_target() {
 
 run_target gguf_fuzz "$WORK/gguf" 65536
 run_target safetensors_fuzz "$WORK/safetensors" 16384
+run_target vindex_fuzz "$WORK/vindex" 16384
 run_target state_fuzz "$WORK/state" 262144
