@@ -21,6 +21,7 @@ LAYERS = {
     "util": [],
     "formats": ["util"],
     "vindex": ["util"],
+    "lql": ["util"],
     "quant": ["util"],
     "compute": ["quant"],
     "model": ["compute", "formats"],

@@ -1,0 +1,151 @@
+// The LQL syntax tree (docs/lql.md): one struct per statement, every optional clause an
+// std::optional, every node with the position it started at.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "lql/lexer.h"
+
+namespace larql::lql {
+
+/// A literal: a string, an integer or a float.
+struct Value {
+  enum class Kind { String, Integer, Float } kind = Kind::String;
+  std::string str;
+  int64_t integer = 0;
+  double number = 0;  ///< the value as a double, for Integer and Float
+  Pos pos;
+};
+
+/// A WHERE condition.
+struct Cond {
+  enum class Kind { And, Or, Not, Compare, Like, In, Between } kind = Kind::Compare;
+  std::shared_ptr<const Cond> lhs, rhs;  ///< And / Or: both; Not: lhs
+  std::string field;                     ///< lower-cased
+  std::string op;                        ///< Compare: = != < <= > >=
+  std::vector<Value> values;             ///< Compare / Like: 1; In: 1+; Between: 2 (low, high)
+  Pos pos;
+};
+
+/// An inclusive layer range.
+struct LayerRange {
+  int64_t first = 0, last = 0;
+};
+
+enum class Band { Syntax, Knowledge, Output, All };
+enum class Detail { Default, Brief, Verbose, Raw };
+
+struct UseStmt { std::string path; };
+struct ShowStmt {
+  enum class What { Models, Layers, Relations, Features, Entities, Patches } what = What::Models;
+  std::optional<LayerRange> range;       ///< SHOW LAYERS a-b
+  std::optional<int64_t> layer;          ///< SHOW FEATURES n, SHOW RELATIONS/ENTITIES AT LAYER n
+  std::optional<Cond> where;             ///< SHOW FEATURES
+  std::optional<int64_t> limit;
+  bool with_examples = false;            ///< SHOW RELATIONS
+  Detail detail = Detail::Default;       ///< SHOW RELATIONS
+};
+struct StatsStmt {};
+struct DescribeStmt {
+  std::string entity;
+  std::optional<int64_t> layer;
+  std::optional<Band> band;
+  Detail detail = Detail::Default;
+  bool relations_only = false;
+};
+struct WalkStmt {
+  std::string prompt;
+  std::optional<int64_t> top;
+  std::optional<LayerRange> layers;      ///< absent or ALL: every layer
+  bool compare = false;
+};
+struct ExplainStmt {
+  bool infer = false;                    ///< EXPLAIN INFER (else EXPLAIN WALK)
+  std::string prompt;
+  std::optional<int64_t> top;
+  std::optional<LayerRange> layers;
+  std::optional<Band> band;
+  bool verbose = false;
+  bool relations_only = false;
+  bool with_attention = false;           ///< EXPLAIN INFER only
+};
+struct SelectStmt {
+  std::vector<std::string> fields;       ///< lower-cased; empty for *
+  enum class From { Edges, Features, Entities } from = From::Edges;
+  std::optional<std::string> nearest;    ///< NEAREST TO "entity" ...
+  std::optional<int64_t> nearest_layer;  ///< ... AT LAYER n
+  std::optional<Cond> where;
+  std::optional<std::string> order_by;   ///< lower-cased field
+  bool descending = false;
+  std::optional<int64_t> limit;
+};
+struct InferStmt {
+  std::string prompt;
+  std::optional<int64_t> top;
+  bool compare = false;
+};
+struct TraceStmt {
+  std::string prompt;
+  std::optional<std::string> target;     ///< FOR "token"
+  std::optional<LayerRange> layers;
+  bool all_positions = false;            ///< POSITIONS ALL (default: the last)
+  bool decompose = false;
+};
+struct InsertStmt {
+  std::string entity, relation, target;
+  std::optional<int64_t> layer;
+  std::optional<double> confidence;
+  std::optional<double> alpha;
+};
+struct Assignment {
+  std::string field;
+  Value value;
+};
+struct UpdateStmt {
+  std::vector<Assignment> set;
+  Cond where;
+};
+struct DeleteStmt { Cond where; };
+struct PatchStmt {
+  enum class Op { Begin, Save, Apply, Remove } op = Op::Begin;
+  std::string name;                      ///< BEGIN / APPLY / REMOVE
+};
+/// A vindex reference: CURRENT (the one in use) or a path.
+struct VindexRef {
+  bool current = false;
+  std::string path;
+};
+struct DiffStmt {
+  VindexRef a, b;
+  std::optional<int64_t> layer;
+  std::optional<std::string> relation;
+  std::optional<int64_t> limit;
+  std::optional<std::string> into_patch;
+};
+struct CompileStmt {
+  VindexRef source;
+  bool into_model = false;               ///< INTO MODEL (a GGUF file) else INTO VINDEX
+  std::string path;
+};
+
+using StmtBody = std::variant<UseStmt, ShowStmt, StatsStmt, DescribeStmt, WalkStmt, ExplainStmt, SelectStmt,
+                              InferStmt, TraceStmt, InsertStmt, UpdateStmt, DeleteStmt, PatchStmt, DiffStmt,
+                              CompileStmt>;
+
+struct Statement {
+  StmtBody body;
+  Pos pos;
+};
+
+/// Statements joined by |>: each runs after the one before, in one session.
+struct Pipeline {
+  std::vector<Statement> stages;
+  Pos pos;
+};
+
+}  // namespace larql::lql

@@ -1,0 +1,154 @@
+// The LQL parser: each statement form into its tree, clause by clause; errors with positions.
+#include "lql/parser.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "util/error.h"
+
+namespace larql::lql {
+namespace {
+
+template <typename T>
+T one(const std::string& src) {
+  const Pipeline p = parse_one(src);
+  EXPECT_EQ(p.stages.size(), 1u) << src;
+  const T* s = std::get_if<T>(&p.stages.at(0).body);
+  EXPECT_NE(s, nullptr) << src;
+  return s ? *s : T{};
+}
+
+std::string error_of(const std::string& src) {
+  try {
+    parse_script(src);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    return e.what();
+  }
+  return "(parsed)";
+}
+
+TEST(ParserTest, DescribeWithItsClausesInAnyOrder) {
+  const auto d = one<DescribeStmt>("describe \"France\" verbose RELATIONS ONLY knowledge");
+  EXPECT_EQ(d.entity, "France");
+  EXPECT_EQ(d.detail, Detail::Verbose);
+  EXPECT_TRUE(d.relations_only);
+  ASSERT_TRUE(d.band.has_value());
+  EXPECT_EQ(*d.band, Band::Knowledge);
+  const auto a = one<DescribeStmt>("DESCRIBE 'Paris' AT LAYER 9 BRIEF;");
+  EXPECT_EQ(a.layer.value(), 9);
+  EXPECT_EQ(one<DescribeStmt>("DESCRIBE \"x\" ALL LAYERS").band.value(), Band::All);
+}
+
+TEST(ParserTest, WalkInferExplainTrace) {
+  const auto w = one<WalkStmt>("WALK \"The capital of France is\" TOP 5 LAYERS 3-9 COMPARE");
+  EXPECT_EQ(w.top.value(), 5);
+  EXPECT_EQ(w.layers->first, 3);
+  EXPECT_EQ(w.layers->last, 9);
+  EXPECT_TRUE(w.compare);
+  EXPECT_FALSE(one<WalkStmt>("WALK \"x\" LAYERS ALL").layers.has_value());
+  const auto i = one<InferStmt>("INFER \"x\" TOP 3 COMPARE");
+  EXPECT_EQ(i.top.value(), 3);
+  EXPECT_TRUE(i.compare);
+  const auto e = one<ExplainStmt>("EXPLAIN INFER \"x\" WITH ATTENTION LAYERS 2 VERBOSE");
+  EXPECT_TRUE(e.infer);
+  EXPECT_TRUE(e.with_attention);
+  EXPECT_EQ(e.layers->first, 2);
+  EXPECT_EQ(e.layers->last, 2);
+  EXPECT_TRUE(e.verbose);
+  EXPECT_FALSE(one<ExplainStmt>("EXPLAIN WALK \"x\" SYNTAX").infer);
+  const auto t = one<TraceStmt>("TRACE \"The capital of France is\" FOR \"Paris\" POSITIONS ALL DECOMPOSE LAYERS 0-17");
+  EXPECT_EQ(t.target.value(), "Paris");
+  EXPECT_TRUE(t.all_positions);
+  EXPECT_TRUE(t.decompose);
+  EXPECT_EQ(t.layers->last, 17);
+}
+
+TEST(ParserTest, SelectWithFieldsConditionsOrderAndLimit) {
+  const auto s = one<SelectStmt>(
+      "SELECT layer, feature, token FROM EDGES NEAREST TO \"Paris\" AT LAYER 9 "
+      "WHERE score > -0.5 AND (relation LIKE 'cap%' OR NOT layer IN (1, 2, 3)) AND feature NOT BETWEEN 10 AND 20 "
+      "ORDER BY score DESC LIMIT 7");
+  EXPECT_EQ(s.fields, (std::vector<std::string>{"layer", "feature", "token"}));
+  EXPECT_EQ(s.from, SelectStmt::From::Edges);
+  EXPECT_EQ(s.nearest.value(), "Paris");
+  EXPECT_EQ(s.nearest_layer.value(), 9);
+  ASSERT_TRUE(s.where.has_value());
+  // ((score > -0.5 AND (LIKE OR NOT IN)) AND NOT BETWEEN): AND is left-associative.
+  const Cond& w = *s.where;
+  EXPECT_EQ(w.kind, Cond::Kind::And);
+  EXPECT_EQ(w.rhs->kind, Cond::Kind::Not);
+  EXPECT_EQ(w.rhs->lhs->kind, Cond::Kind::Between);
+  EXPECT_EQ(w.rhs->lhs->values.at(1).integer, 20);
+  const Cond& left = *w.lhs;
+  EXPECT_EQ(left.kind, Cond::Kind::And);
+  EXPECT_EQ(left.lhs->kind, Cond::Kind::Compare);
+  EXPECT_EQ(left.lhs->op, ">");
+  EXPECT_DOUBLE_EQ(left.lhs->values.at(0).number, -0.5);
+  EXPECT_EQ(left.rhs->kind, Cond::Kind::Or);
+  EXPECT_EQ(left.rhs->lhs->kind, Cond::Kind::Like);
+  EXPECT_EQ(left.rhs->rhs->kind, Cond::Kind::Not);
+  EXPECT_EQ(left.rhs->rhs->lhs->values.size(), 3u);
+  EXPECT_EQ(s.order_by.value(), "score");
+  EXPECT_TRUE(s.descending);
+  EXPECT_EQ(s.limit.value(), 7);
+  EXPECT_TRUE(one<SelectStmt>("SELECT * FROM ENTITIES").fields.empty());
+}
+
+TEST(ParserTest, EditsPatchesDiffCompileAndShow) {
+  const auto ins = one<InsertStmt>(
+      "INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Poseidonia\") AT LAYER 12 CONFIDENCE 0.9");
+  EXPECT_EQ(ins.entity, "Atlantis");
+  EXPECT_EQ(ins.target, "Poseidonia");
+  EXPECT_EQ(ins.layer.value(), 12);
+  EXPECT_DOUBLE_EQ(ins.confidence.value(), 0.9);
+  const auto up = one<UpdateStmt>("UPDATE EDGES SET target = \"Lyon\", confidence = 0.5 WHERE entity = \"France\"");
+  EXPECT_EQ(up.set.size(), 2u);
+  EXPECT_EQ(up.set[1].value.kind, Value::Kind::Float);
+  EXPECT_EQ(one<DeleteStmt>("DELETE FROM EDGES WHERE layer = 3").where.values.at(0).integer, 3);
+  EXPECT_EQ(one<PatchStmt>("BEGIN PATCH \"edits.vlp\"").op, PatchStmt::Op::Begin);
+  EXPECT_EQ(one<PatchStmt>("SAVE PATCH").op, PatchStmt::Op::Save);
+  EXPECT_EQ(one<PatchStmt>("REMOVE PATCH 'edits.vlp'").name, "edits.vlp");
+  const auto d = one<DiffStmt>("DIFF CURRENT \"other.vindex\" LAYER 4 LIMIT 10 INTO PATCH \"d.vlp\"");
+  EXPECT_TRUE(d.a.current);
+  EXPECT_EQ(d.b.path, "other.vindex");
+  EXPECT_EQ(d.into_patch.value(), "d.vlp");
+  EXPECT_TRUE(one<CompileStmt>("COMPILE CURRENT INTO MODEL \"out.gguf\"").into_model);
+  EXPECT_FALSE(one<CompileStmt>("COMPILE \"a.vindex\" INTO VINDEX \"b.vindex\"").into_model);
+  EXPECT_EQ(one<ShowStmt>("SHOW LAYERS 2-5").range->last, 5);
+  const auto f = one<ShowStmt>("SHOW FEATURES 9 WHERE token = \"Paris\" LIMIT 4");
+  EXPECT_EQ(f.layer.value(), 9);
+  EXPECT_EQ(f.limit.value(), 4);
+  EXPECT_TRUE(one<ShowStmt>("SHOW RELATIONS AT LAYER 3 WITH EXAMPLES RAW").with_examples);
+  EXPECT_EQ(one<UseStmt>("USE \"gemma.vindex\"").path, "gemma.vindex");
+}
+
+TEST(ParserTest, ScriptsAndPipes) {
+  const auto s = parse_script("USE \"a.vindex\"; -- comment\nSTATS;\n\nWALK \"x\" |> INFER \"x\"");
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[2].stages.size(), 2u);
+  EXPECT_EQ(s[2].pos.str(), "4:1");
+  EXPECT_TRUE(parse_script("  -- nothing\n ;; ").empty());
+}
+
+TEST(ParserTest, ErrorsSayWhatWasExpectedWhere) {
+  EXPECT_EQ(error_of("DESCRIBE \"France\" AT LAYR 3"), "expected LAYER at 1:22, found \"LAYR\"");
+  EXPECT_EQ(error_of("WALK \"x\" TOP 3 TOP 4"), "TOP given twice at 1:16");
+  EXPECT_EQ(error_of("WALK \"x\" LAYERS 9-3"), "layer range 9-3 at 1:17 ends before it starts");
+  EXPECT_NE(error_of("SELEC * FROM EDGES").find("expected a statement"), std::string::npos);
+  EXPECT_EQ(error_of("WALK \"x\" MODE PURE"), "expected \";\" or end of input at 1:10, found \"MODE\"");
+  EXPECT_EQ(error_of("SELECT * FROM EDGES LIMIT -2"), "a LIMIT must not be negative at 1:27");
+  EXPECT_EQ(error_of("WALK France"), "expected a prompt (a quoted string) at 1:6, found \"France\"");
+  EXPECT_EQ(error_of("SELECT * FROM EDGES WHERE layer ~ 3"), "unexpected character '~' at 1:33");
+  EXPECT_NE(error_of("SELECT * FROM EDGES WHERE layer 3").find("LIKE, IN or BETWEEN after \"layer\" at 1:33"), std::string::npos);
+  EXPECT_EQ(error_of("EXPLAIN \"x\""), "expected WALK or INFER at 1:9, found string \"x\"");
+  EXPECT_EQ(error_of("INSERT INTO EDGES (entity, target, relation) VALUES (\"a\", \"b\", \"c\")"),
+            "the columns are (entity, relation, target); found \"target\" at 1:28");
+  EXPECT_EQ(error_of("DESCRIBE \"x\"\n  AT LAYER"), "expected a layer number (a non-negative integer) at 2:11, found end of input");
+  EXPECT_EQ(error_of("EXPLAIN WALK \"x\" WITH ATTENTION"), "expected \";\" or end of input at 1:18, found \"WITH\"");
+  EXPECT_THROW(parse_one("STATS; STATS"), Error);
+}
+
+}  // namespace
+}  // namespace larql::lql
