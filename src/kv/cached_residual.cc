@@ -57,8 +57,8 @@ void CachedResidualEngine::derive_cold(int64_t li, int64_t a, int64_t b) {
   const ModelConfig& c = fwd_->config();
   Layer& L = layers_[static_cast<size_t>(li)];
   const ColdCodec codec = policy_[static_cast<size_t>(li)];
-  for (int64_t off = a; off < b; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, b - off);
+  for (int64_t off = a; off < b; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), b - off);
     row_.resize(static_cast<size_t>(m * c.hidden));
     for (int64_t j = 0; j < m; ++j) decode_cold_row(codec, c.hidden, L.cold.at(off + j), row_.data() + j * c.hidden);
     if (L.k.first_pos() > off || L.k.end_pos() < off + m)
@@ -101,8 +101,8 @@ std::vector<float> CachedResidualEngine::prefill(const std::vector<int32_t>& tok
   // the round trip — AttendMask::alt for rows that turn cold within the chunk, the cached cold
   // K/V for rows already cold. So prefill == token-by-token decode, bit for bit.
   std::vector<float> x, ak, av;
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), n - off);
     x.assign(static_cast<size_t>(m * c.hidden), 0.0f);
     q_.resize(static_cast<size_t>(m * c.q_dim()));
     attn_.resize(q_.size());
@@ -222,8 +222,8 @@ void CachedResidualEngine::load_state(const std::string& path) {
     // K/V (derivative): cold rows from the round-tripped residuals, hot rows from the residuals.
     const int64_t total = n - want_cold;
     std::vector<float> k(static_cast<size_t>(total * c.kv_dim())), v(k.size());
-    for (int64_t off = 0; off < total; off += Forward::kChunk) {
-      const int64_t m = std::min(Forward::kChunk, total - off);
+    for (int64_t off = 0; off < total; off += fwd_->chunk()) {
+      const int64_t m = std::min(fwd_->chunk(), total - off);
       std::vector<float> xs(static_cast<size_t>(m * c.hidden));
       for (int64_t j = 0; j < m; ++j) {
         const int64_t pos = want_cold + off + j;

@@ -83,8 +83,8 @@ void MarkovRsEngine::settle(std::vector<Layer>& layers, int64_t n) const {
 
 void MarkovRsEngine::derive_kv(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v) {
   const ModelConfig& c = fwd_->config();
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), n - off);
     fwd_->kv_from_residual(li, x + off * c.hidden, m, pos0 + off, k + off * c.kv_dim(), v + off * c.kv_dim());
   }
 }
@@ -124,8 +124,8 @@ std::vector<float> MarkovRsEngine::prefill(const std::vector<int32_t>& tokens) {
   // cold tier, positions that turn cold within the chunk through the round trip (AttendMask::alt),
   // the newest kv_keep + 1 exact. So prefill == token-by-token decode, bit for bit.
   std::vector<float> x, ak, av;
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), n - off);
     x.assign(static_cast<size_t>(m * c.hidden), 0.0f);
     q_.resize(static_cast<size_t>(m * c.q_dim()));
     attn_.resize(q_.size());

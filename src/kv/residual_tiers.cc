@@ -104,8 +104,8 @@ void roundtrip_kv(Forward& f, int64_t li, ColdCodec codec, const RowStore<float>
   v.resize(k.size());
   std::vector<uint32_t> enc(static_cast<size_t>(cold_codec_words(codec, c.hidden)));
   std::vector<float> x;
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += f.chunk()) {
+    const int64_t m = std::min(f.chunk(), n - off);
     x.resize(static_cast<size_t>(m * c.hidden));
     for (int64_t j = 0; j < m; ++j) {
       encode_cold_row(codec, c.hidden, hot.at(a + off + j), enc.data());
