@@ -30,26 +30,14 @@ CachedResidualEngine::Layer CachedResidualEngine::fresh_layer(int64_t li) const 
 
 void CachedResidualEngine::settle(int64_t n, bool rederive) {
   const ModelConfig& c = fwd_->config();
-  std::vector<uint32_t> enc;
   for (int64_t li = 0; li < c.n_layers; ++li) {
     Layer& L = layers_[static_cast<size_t>(li)];
     const ColdCodec codec = policy_[static_cast<size_t>(li)];
     const int64_t keep_lo = tiers_.retain_lo(li, n), lo = tiers_.hot_lo(li, n);
-    L.cold.drop_before(keep_lo);
     L.k.drop_before(keep_lo);
     L.v.drop_before(keep_lo);
-    enc.resize(static_cast<size_t>(L.cold.width()));
-    if (L.hot.first_pos() < lo) {
-      const int64_t first = std::max(L.hot.first_pos(), keep_lo);
-      for (int64_t pos = first; pos < lo; ++pos) {
-        if (L.cold.rows() == 0 || L.cold.end_pos() != pos) L.cold.reset_to(pos);
-        encode_cold_row(codec, c.hidden, L.hot.at(pos), enc.data());
-        L.cold.append(enc.data(), 1);
-      }
-      if (rederive && codec != ColdCodec::F32 && lo > first) derive_cold(li, first, lo);  // batch-invariant: as row by row
-      L.hot.drop_before(lo);
-    }
-    if (L.cold.rows() == 0) L.cold.reset_to(L.hot.first_pos());
+    const int64_t first = settle_layer_tiers(tiers_, li, n, codec, c.hidden, L.cold, L.hot);
+    if (rederive && codec != ColdCodec::F32 && lo > first) derive_cold(li, first, lo);  // batch-invariant: as row by row
   }
 }
 
@@ -126,18 +114,8 @@ std::vector<float> CachedResidualEngine::prefill(const std::vector<int32_t>& tok
                                                    std::to_string(lo) + ", " + std::to_string(off + m) + ") but holds [" +
                                                    std::to_string(L.k.first_pos()) + ", " + std::to_string(L.k.end_pos()) + ")");
       const KvSpan span{L.k.at(lo), L.v.at(lo), lo, off + m - lo};
-      AttendMask mask;
-      const int64_t keep = tiers_.kv_keep[static_cast<size_t>(li)];
-      const ColdCodec codec = policy_[static_cast<size_t>(li)];
-      if (keep > 0 && codec != ColdCodec::F32) {
-        // Hot rows older than kv_keep for some query of this chunk (p - j > keep).
-        const int64_t a = std::max(L.hot.first_pos(), lo), b = off + m - 1 - keep;
-        if (b > a) {
-          roundtrip_kv(*fwd_, li, codec, L.hot, a, b, ak, av);
-          mask.alt = {ak.data(), av.data(), a, b - a};
-          mask.alt_recent = keep + 1;
-        }
-      }
+      const AttendMask mask = prefill_roundtrip_mask(*fwd_, li, policy_[static_cast<size_t>(li)],
+                                                     tiers_.kv_keep[static_cast<size_t>(li)], L.hot, lo, off + m, ak, av);
       fwd_->attend(li, q_.data(), m, off, span, attn_.data(), mask);
       fwd_->finish_layer(li, attn_.data(), m, x.data());
     }

@@ -115,6 +115,38 @@ void roundtrip_kv(Forward& f, int64_t li, ColdCodec codec, const RowStore<float>
   }
 }
 
+int64_t settle_layer_tiers(const ResidualTierLimits& tiers, int64_t li, int64_t n, ColdCodec codec, int64_t hidden,
+                           RowStore<uint32_t>& cold, RowStore<float>& hot) {
+  const int64_t keep_lo = tiers.retain_lo(li, n), lo = tiers.hot_lo(li, n);
+  cold.drop_before(keep_lo);  // first, so rows moved below land right after what is left
+  int64_t first = lo;
+  if (hot.first_pos() < lo) {
+    first = std::max(hot.first_pos(), keep_lo);
+    std::vector<uint32_t> enc(static_cast<size_t>(cold.width()));
+    for (int64_t pos = first; pos < lo; ++pos) {
+      if (cold.rows() == 0 || cold.end_pos() != pos) cold.reset_to(pos);
+      encode_cold_row(codec, hidden, hot.at(pos), enc.data());
+      cold.append(enc.data(), 1);
+    }
+    hot.drop_before(lo);
+  }
+  if (cold.rows() == 0) cold.reset_to(hot.first_pos());
+  return std::min(first, lo);
+}
+
+AttendMask prefill_roundtrip_mask(Forward& f, int64_t li, ColdCodec codec, int64_t keep, const RowStore<float>& hot,
+                                  int64_t lo, int64_t end, std::vector<float>& ak, std::vector<float>& av) {
+  AttendMask mask;
+  if (keep <= 0 || codec == ColdCodec::F32) return mask;
+  const int64_t a = std::max(hot.first_pos(), lo), b = end - 1 - keep;  // hot rows older than keep for a later query
+  if (b > a) {
+    roundtrip_kv(f, li, codec, hot, a, b, ak, av);
+    mask.alt = {ak.data(), av.data(), a, b - a};
+    mask.alt_recent = keep + 1;
+  }
+  return mask;
+}
+
 void write_residual_tiers(StateWriter& w, const RowStore<uint32_t>& cold, const RowStore<float>& hot) {
   w.u64(static_cast<uint64_t>(cold.first_pos()));
   w.u64(static_cast<uint64_t>(cold.rows()));
