@@ -26,7 +26,7 @@ namespace larql::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, engines = "standard";
+  std::string model, engines;
   int64_t prompt_tokens = 512, decode_tokens = 128;
   int threads = 0;
   bool json = false, roofline = false;
@@ -235,10 +235,9 @@ void run(const BenchArgs& a) {
 
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  a->engines = default_engine_spec();
   CLI::App* s = app.add_subcommand("bench", "measure prefill/decode tok/s, state size and agreement with standard");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
-  s->add_option("--engines,--engine", a->engines, "engine specs, split on ';' (see `larql engines`)")->capture_default_str();
+  add_engine_flag(s, a->engines, true);
   add_int_flag(s, "--prompt-tokens", a->prompt_tokens, 1, INT32_MAX, "prompt length for prefill,");
   add_int_flag(s, "--decode-tokens", a->decode_tokens, 1, INT32_MAX, "tokens to decode,");
   add_threads_flag(s, a->threads);

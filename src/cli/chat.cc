@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "kv/generate.h"
 #include "kv/registry.h"
+#include "kv/session.h"
 #include "util/error.h"
 
 namespace larql::cli {
@@ -39,10 +40,10 @@ extern "C" void on_sigint(int) {
 
 void run(ChatArgs& a) {
   const EngineSpec spec = parse_cli_engine_spec(a.engine);
-  if (!a.seed_set) a.sampler.seed = std::random_device{}();
+  resolve_seed(a.sampler, a.seed_set);
   Loaded l = load(a.model, a.threads);
-  auto engine = make_engine(spec, l.forward);
-  if (!engine->info().note.empty()) std::fprintf(stderr, "note: %s\n", engine->info().note.c_str());
+  Session session(l.forward, l.tokenizer, spec, SessionOptions{});
+  if (!session.engine().info().note.empty()) std::fprintf(stderr, "note: %s\n", session.engine().info().note.c_str());
   std::vector<ChatMessage> history;
   if (!a.system.empty()) history.push_back({"system", a.system});
   const bool tty = isatty(0);
@@ -52,7 +53,7 @@ void run(ChatArgs& a) {
   sigaction(SIGINT, &sa, nullptr);
   std::fprintf(stderr, "larql chat — %s, engine %s. Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at the prompt) quits.\n",
                l.model->config().name.c_str(), spec.to_string().c_str());
-  const int64_t ctx = l.model->config().context_length;
+  const int64_t ctx = session.context();
   std::string line;
   for (;;) {
     if (tty) std::fprintf(stderr, "\n> ");
@@ -63,8 +64,9 @@ void run(ChatArgs& a) {
     if (line.empty()) continue;
     history.push_back({"user", line});
     // Re-encode the whole conversation: simple and exact (the engine re-prefills it).
+    session.restart();
     const std::string prompt = apply_gemma_chat_template(history, true);
-    const auto ids = encode_prompt(l.tokenizer, prompt, l.tokenizer.add_bos(), nullptr);
+    const auto ids = session.encode(prompt);
     if (static_cast<int64_t>(ids.size()) >= ctx) {
       history.pop_back();
       std::fprintf(stderr, "error: the conversation is %zu tokens with this turn, the context holds %lld; start a new chat "
@@ -78,7 +80,7 @@ void run(ChatArgs& a) {
     g_cancel = false;
     GenerateResult r;
     try {
-      r = generate(*engine, *l.forward, l.tokenizer, ids, opt, [](std::string_view s) { write_stdout(s); });
+      r = session.generate(ids, opt, [](std::string_view s) { write_stdout(s); });
     } catch (const Error& e) {
       // A turn the engine cannot serve (apollo: RetrievalMiss) drops that turn, not the session;
       // Ctrl-C while the turn's prompt is read drops it too.
@@ -100,12 +102,11 @@ void run(ChatArgs& a) {
 
 void register_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
-  a->engine = default_engine_spec();
   CLI::App* s = app.add_subcommand("chat", "interactive multi-turn chat (Ctrl-C stops a reply, Ctrl-D quits)");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
   add_int_flag(s, "-n,--n-predict", a->n, 1, INT32_MAX, "tokens per reply at most,");
   add_sampler_flags(s, a->sampler, a->seed_set);
-  s->add_option("--engine", a->engine, "KV engine spec (default: $LARQL_ENGINE or standard)");
+  add_engine_flag(s, a->engine);
   s->add_option("--system", a->system, "system prompt");
   add_threads_flag(s, a->threads);
   s->callback([a] { run(*a); });

@@ -205,6 +205,21 @@ std::string default_engine_spec() {
   return env != nullptr && *env != '\0' ? env : "standard";
 }
 
+void add_engine_flag(CLI::App* app, std::string& engine, bool list) {
+  engine = default_engine_spec();
+  if (list)
+    app->add_option("--engines,--engine", engine,
+                    "engine specs, split on ';' (default: $LARQL_ENGINE or standard; see `larql engines`)")
+        ->capture_default_str();
+  else
+    app->add_option("--engine", engine, "KV engine spec (default: $LARQL_ENGINE or standard; see `larql engines`)")
+        ->capture_default_str();
+}
+
+void resolve_seed(SamplerParams& p, bool seed_set) {
+  if (!seed_set) p.seed = std::random_device{}();
+}
+
 void write_stdout(std::string_view s) {
   errno = 0;
   if ((!s.empty() && std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) || std::fflush(stdout) != 0) {

@@ -50,8 +50,21 @@ void add_max_input_flag(CLI::App* app, uint64_t& max_bytes);
 std::string read_text_file(const std::string& path, const std::string& what = "the text file",
                            uint64_t max_bytes = kDefaultMaxInputBytes);
 
-/// The default engine spec (used by run, chat, bench, accuracy): $LARQL_ENGINE or "standard".
+// The CLI's defaults for the verbs that run an engine (run, chat, bench, accuracy), in one place
+// (docs/cli.md "Defaults"): the engine ($LARQL_ENGINE or "standard", add_engine_flag), threads
+// (all cores, add_threads_flag), sampling (SamplerParams{} of inference/sampler.h, through
+// add_sampler_flags) with a random seed unless --seed (resolve_seed), the context (the model's;
+// kv/session.h SessionOptions).
+
+/// The default engine spec: $LARQL_ENGINE or "standard".
 std::string default_engine_spec();
+
+/// Sets `engine` to default_engine_spec() and adds --engine (with `list`: "--engines,--engine",
+/// specs split on ';').
+void add_engine_flag(CLI::App* app, std::string& engine, bool list = false);
+
+/// The seed a run uses: --seed's (seed_set) or a random one drawn now.
+void resolve_seed(SamplerParams& p, bool seed_set);
 
 /// parse_engine_spec, then the documented environment defaults for keys the spec leaves unset
 /// (non-empty values only): boundary-kv's `archive_dir` from $LARQL_ARCHIVE_DIR,

@@ -9,12 +9,25 @@
 #include <new>
 
 #include "cli/common.h"
+#include "quant/quant.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"larql — run and query transformer models (GGUF) on the CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "larql 0.1.0");
+  // The kernels' ISA, chosen once for every kernel family before any verb runs (a verb's
+  // callback runs after this one). Accepted before or after the verb (fallthrough).
+  std::string isa;
+  app.add_option("--isa", isa,
+                 "lower the kernels' instruction set for every kernel family: scalar, avx2, avx512 "
+                 "(default: the best this CPU has; also $LARQL_ISA)")
+      ->envname("LARQL_ISA")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  app.fallthrough();
+  app.parse_complete_callback([&isa] {
+    if (!isa.empty()) larql::quant::set_isa(larql::quant::parse_isa(isa));
+  });
   larql::cli::register_run(app);
   larql::cli::register_chat(app);
   larql::cli::register_show(app);

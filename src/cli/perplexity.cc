@@ -90,18 +90,18 @@ double score_engine(Loaded& l, const EngineSpec& spec, const std::vector<int32_t
   return nll;
 }
 
-/// One batched forward pass (chunks of Forward::kChunk) over a plain KvCache.
+/// One batched forward pass (chunks of Forward::chunk()) over a plain KvCache.
 double score_batched(Loaded& l, const std::vector<int32_t>& ids, NpyWriter* npy) {
   const ModelConfig& c = l.model->config();
   const int64_t n = static_cast<int64_t>(ids.size());
   KvCache cache(c);
-  std::vector<float> x(static_cast<size_t>(Forward::kChunk * c.hidden));
+  std::vector<float> x(static_cast<size_t>(l.forward->chunk() * c.hidden));
   constexpr int64_t kLogitRows = 32;
   std::vector<float> logits(static_cast<size_t>(kLogitRows * c.vocab));
   double nll = 0;
   Progress bar("scoring", n);
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += l.forward->chunk()) {
+    const int64_t m = std::min(l.forward->chunk(), n - off);
     l.forward->forward(ids.data() + off, m, cache, x.data());
     for (int64_t r0 = 0; r0 < m; r0 += kLogitRows) {
       const int64_t rn = std::min(kLogitRows, m - r0);

@@ -9,7 +9,7 @@
 #include "cli/progress.h"
 #include "kv/generate.h"
 #include "kv/registry.h"
-#include "util/atomic_file.h"
+#include "kv/session.h"
 #include "util/error.h"
 #include "util/profile.h"
 
@@ -63,7 +63,7 @@ void print_profile(const profile::Totals& t, const GenerateResult& r) {
 
 void run(RunArgs& a) {
   const EngineSpec spec = parse_cli_engine_spec(a.engine);  // fail on a bad spec before loading
-  if (!a.seed_set) a.sampler.seed = std::random_device{}();
+  resolve_seed(a.sampler, a.seed_set);
   std::string prompt = a.prompt;
   if (!a.prompt_file.empty()) {
     if (!a.prompt.empty()) throw Error(ErrorKind::InvalidArgument, "give the prompt as text or with -f FILE, not both");
@@ -77,26 +77,22 @@ void run(RunArgs& a) {
   if (a.ctx_size > model_ctx)
     throw Error(ErrorKind::Usage, "--ctx-size must be an integer in " + int_range_text(1, model_ctx) +
                                       " (this model's context), got '" + std::to_string(a.ctx_size) + "'");
-  const int64_t ctx = a.ctx_size > 0 ? a.ctx_size : model_ctx;
   if (a.chat) prompt = apply_gemma_chat_template({{"user", prompt}}, true);
-  auto engine = make_engine(spec, l.forward);  // opens the engine's own inputs (a store, a record)
-  if (!engine->info().note.empty()) std::fprintf(stderr, "note: %s\n", engine->info().note.c_str());
-  if (!a.save_state.empty()) check_output_path(a.save_state, "--save-state");  // before any generation
-  if (!a.resume.empty()) engine->load_state(a.resume);  // refuses another model's or engine's file
-  // A resumed sequence already has its BOS; the prompt continues it (and may be empty).
-  const bool bos = a.resume.empty() && l.tokenizer.add_bos();
+  SessionOptions so;
+  so.context = a.ctx_size;
+  so.resume = a.resume;
+  so.save_state = a.save_state;
+  so.save_state_name = "--save-state";
+  // Opens the engine's own inputs (a store, a record), refuses --save-state onto an input and a
+  // resumed file of another model or engine: all before any generation (kv/session.h).
+  Session session(l.forward, l.tokenizer, spec, so);
+  if (!session.engine().info().note.empty()) std::fprintf(stderr, "note: %s\n", session.engine().info().note.c_str());
   std::vector<std::string> notes;
-  const auto ids = encode_prompt(l.tokenizer, prompt, bos, &notes);
-  if (ids.empty() && a.resume.empty()) throw Error(ErrorKind::EmptyPrompt, "the prompt has no tokens");
-  const int64_t past = engine->n_past();
-  if (past == 0 && static_cast<int64_t>(ids.size()) > ctx)
-    throw Error(ErrorKind::ContextOverflow, "the prompt is " + std::to_string(ids.size()) +
-                                                " tokens, longer than the context of " + std::to_string(ctx) + " tokens");
+  const auto ids = session.encode(prompt, &notes);  // BOS only on a new sequence
+  session.check_prompt(ids);                          // before the prompt is echoed
   GenerateOptions opt;
   opt.max_tokens = a.n;  // the context stops generation too (stop_reason "context")
-  opt.continue_sequence = past > 0;
   opt.restore_rng = !a.seed_set;  // an explicit --seed replaces the saved random state
-  opt.context_limit = ctx;
   opt.sampler = a.sampler;
   opt.stop_strings = a.stop;
   opt.stop_at_eog = !a.ignore_eos;
@@ -116,7 +112,7 @@ void run(RunArgs& a) {
   profile::reset();
   GenerateResult r;
   try {
-    r = generate(*engine, *l.forward, l.tokenizer, ids, opt, sink);
+    r = session.generate(ids, opt, sink);  // saves --save-state after generating
   } catch (const Error& e) {
     if (!a.json && e.kind() != ErrorKind::Io) std::fputs("\n", stdout);  // end the echoed prompt's line
     std::fflush(stdout);
@@ -124,7 +120,6 @@ void run(RunArgs& a) {
   }
   const profile::Totals prof = profile::totals();
   for (const auto& n : r.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
-  if (!a.save_state.empty()) engine->save_state(a.save_state);
   if (a.json) {
     nlohmann::json j = {{"prompt_ids", r.prompt_ids}, {"ids", r.ids}, {"text", r.text},
                         {"stop_reason", r.stop_reason}, {"engine", spec.to_string()},
@@ -147,14 +142,13 @@ void run(RunArgs& a) {
 
 void register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
-  a->engine = default_engine_spec();
   CLI::App* s = app.add_subcommand("run", "generate a continuation of a prompt, streaming tokens");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
   s->add_option("prompt", a->prompt, "prompt text");
   s->add_option("-f,--file", a->prompt_file, "read the prompt from a UTF-8 text file");
   add_int_flag(s, "-n,--n-predict", a->n, 0, INT32_MAX, "tokens to generate at most (the context also stops it),");
   add_sampler_flags(s, a->sampler, a->seed_set);
-  s->add_option("--engine", a->engine, "KV engine spec (default: $LARQL_ENGINE or standard); see `larql engines`");
+  add_engine_flag(s, a->engine);
   s->add_flag("--chat", a->chat, "wrap the prompt in the model's chat template");
   s->add_option("--stop", a->stop, "stop before this string (repeatable)");
   s->add_option_function<std::string>(

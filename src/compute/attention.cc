@@ -26,13 +26,20 @@ std::atomic<int>& allow_avx512() {
   static std::atomic<int> on{1};
   return on;
 }
+// From the one ISA selection (quant::active_isa()), as simd_kernels() is.
 GroupFn simd_group() {
-  if (&simd_kernels() != simd_kernels_avx2()) return nullptr;
-  const bool avx512 = quant::active_isa() >= quant::Isa::AVX512;  // implies AVX-512 F/DQ
+  const quant::Isa isa = quant::active_isa();
+  if (isa < quant::Isa::AVX2 || simd_kernels_avx2() == nullptr) return nullptr;
+  const bool avx512 = isa >= quant::Isa::AVX512;  // implies AVX-512 F/DQ
   return avx512 && allow_avx512().load(std::memory_order_relaxed) ? detail::attend_group_avx512
                                                                    : detail::attend_group_avx2;
 }
 }  // namespace
+
+const char* attention_variant() {
+  const GroupFn f = simd_group();
+  return f == nullptr ? "scalar" : f == detail::attend_group_avx512 ? "avx512" : "avx2";
+}
 
 void attention_allow_avx512(bool on) { allow_avx512().store(on ? 1 : 0); }
 

@@ -25,4 +25,8 @@ void attend_group(const float* q, int64_t n_q, const float* k, const float* v, i
 /// AVX512 (the default), or keep to the AVX2 kernel. The results are the same bits either way.
 void attention_allow_avx512(bool on);
 
+/// The attend_group kernel the active ISA (quant::active_isa()) selects for head_dim % 16 == 0:
+/// "avx512", "avx2" or "scalar" (the generic loop over simd_variant()'s kernels).
+const char* attention_variant();
+
 }  // namespace larql::compute

@@ -47,6 +47,9 @@ void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* 
 void axpy(float a, const float* x, float* y, int64_t n);
 /// sum x[i] * y[i] (f32 accumulate, SIMD)
 float dot_f32(const float* x, const float* y, int64_t n);
+/// Which f32 kernels (axpy, dot_f32, softmax's exp, GELU, norms) the active ISA
+/// (quant::active_isa(), read at each call) selects: "avx2" (AVX2 or above) or "scalar".
+const char* simd_variant();
 
 /// Activation rows for matmul: x [n, cols] f32 and its 8-bit quantisations (quant::vec_dot_type
 /// of the weights: Q8_0 or Q8_K), each made on first use and reused by every matmul on the same

@@ -65,12 +65,13 @@ const SimdKernels kScalar{axpy_scalar,        dot_scalar, exp_shifted_scalar, ge
 const SimdKernels& simd_kernels_scalar() { return kScalar; }
 
 const SimdKernels& simd_kernels() {
-  static const SimdKernels* k = [] {
-    const SimdKernels* avx2 = simd_kernels_avx2();
-    if (avx2 != nullptr && quant::active_isa() >= quant::Isa::AVX2) return avx2;
-    return &kScalar;
-  }();
-  return *k;
+  // Read at every call (one relaxed load): the table follows quant::set_isa like every other
+  // kernel family, never a choice frozen at the first call.
+  static const SimdKernels* const avx2 = simd_kernels_avx2();
+  if (avx2 != nullptr && quant::active_isa() >= quant::Isa::AVX2) return *avx2;
+  return kScalar;
 }
+
+const char* simd_variant() { return &simd_kernels() == &kScalar ? "scalar" : "avx2"; }
 
 }  // namespace larql::compute

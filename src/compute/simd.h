@@ -28,6 +28,7 @@ struct SimdKernels {
   void (*scale)(const float* x, float s, float* y, int64_t n);
 };
 
+/// The table for quant::active_isa() (read at each call): AVX2 at AVX2 or above, else scalar.
 const SimdKernels& simd_kernels();
 const SimdKernels& simd_kernels_scalar();
 const SimdKernels* simd_kernels_avx2();  ///< nullptr if not compiled in

@@ -222,10 +222,15 @@ void Forward::layer(int64_t li, float* x, int64_t n, int64_t pos0, LayerKv& kv) 
   finish_layer(li, attn.data(), n, x);
 }
 
+void Forward::set_chunk(int64_t rows) {
+  if (rows < 1) throw Error(ErrorKind::InvalidArgument, "Forward::set_chunk: rows=" + std::to_string(rows) + " (must be >= 1)");
+  chunk_ = rows;
+}
+
 void Forward::forward(const int32_t* tokens, int64_t n, KvCache& cache, float* x) {
   const ModelConfig& c = config();
-  for (int64_t off = 0; off < n; off += kChunk) {
-    const int64_t m = std::min(kChunk, n - off);
+  for (int64_t off = 0; off < n; off += chunk_) {
+    const int64_t m = std::min(chunk_, n - off);
     const int64_t pos0 = cache.n_past();
     float* xc = x + off * c.hidden;
     embed(tokens + off, m, xc);

@@ -112,8 +112,12 @@ class Forward {
   /// invalid until the next prefill). Empty: off (one branch per layer).
   void set_layer_progress(std::function<void(int64_t rows)> cb) { layer_progress_ = std::move(cb); }
 
-  /// Rows per chunk in forward(); bounds scratch memory for long prompts.
-  static constexpr int64_t kChunk = 512;
+  /// Rows per chunk in forward() and in the engines' prefills: bounds scratch memory for long
+  /// prompts. A runtime option (default kDefaultChunk); results do not depend on it
+  /// (tests/kv/chunk_size_test.cc). Errors: set_chunk: Error{InvalidArgument} for rows < 1.
+  static constexpr int64_t kDefaultChunk = 512;
+  int64_t chunk() const { return chunk_; }
+  void set_chunk(int64_t rows);
 
  private:
   std::vector<float>& buf(int idx, size_t n);
@@ -127,6 +131,7 @@ class Forward {
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;
   std::function<void(int64_t)> layer_progress_;
+  int64_t chunk_ = kDefaultChunk;
   compute::Activations acts_;  ///< the current matmul input, quantised once for all its weights
 };
 

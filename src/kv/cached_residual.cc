@@ -30,26 +30,14 @@ CachedResidualEngine::Layer CachedResidualEngine::fresh_layer(int64_t li) const 
 
 void CachedResidualEngine::settle(int64_t n, bool rederive) {
   const ModelConfig& c = fwd_->config();
-  std::vector<uint32_t> enc;
   for (int64_t li = 0; li < c.n_layers; ++li) {
     Layer& L = layers_[static_cast<size_t>(li)];
     const ColdCodec codec = policy_[static_cast<size_t>(li)];
     const int64_t keep_lo = tiers_.retain_lo(li, n), lo = tiers_.hot_lo(li, n);
-    L.cold.drop_before(keep_lo);
     L.k.drop_before(keep_lo);
     L.v.drop_before(keep_lo);
-    enc.resize(static_cast<size_t>(L.cold.width()));
-    if (L.hot.first_pos() < lo) {
-      const int64_t first = std::max(L.hot.first_pos(), keep_lo);
-      for (int64_t pos = first; pos < lo; ++pos) {
-        if (L.cold.rows() == 0 || L.cold.end_pos() != pos) L.cold.reset_to(pos);
-        encode_cold_row(codec, c.hidden, L.hot.at(pos), enc.data());
-        L.cold.append(enc.data(), 1);
-      }
-      if (rederive && codec != ColdCodec::F32 && lo > first) derive_cold(li, first, lo);  // batch-invariant: as row by row
-      L.hot.drop_before(lo);
-    }
-    if (L.cold.rows() == 0) L.cold.reset_to(L.hot.first_pos());
+    const int64_t first = settle_layer_tiers(tiers_, li, n, codec, c.hidden, L.cold, L.hot);
+    if (rederive && codec != ColdCodec::F32 && lo > first) derive_cold(li, first, lo);  // batch-invariant: as row by row
   }
 }
 
@@ -57,8 +45,8 @@ void CachedResidualEngine::derive_cold(int64_t li, int64_t a, int64_t b) {
   const ModelConfig& c = fwd_->config();
   Layer& L = layers_[static_cast<size_t>(li)];
   const ColdCodec codec = policy_[static_cast<size_t>(li)];
-  for (int64_t off = a; off < b; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, b - off);
+  for (int64_t off = a; off < b; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), b - off);
     row_.resize(static_cast<size_t>(m * c.hidden));
     for (int64_t j = 0; j < m; ++j) decode_cold_row(codec, c.hidden, L.cold.at(off + j), row_.data() + j * c.hidden);
     if (L.k.first_pos() > off || L.k.end_pos() < off + m)
@@ -101,8 +89,8 @@ std::vector<float> CachedResidualEngine::prefill(const std::vector<int32_t>& tok
   // the round trip — AttendMask::alt for rows that turn cold within the chunk, the cached cold
   // K/V for rows already cold. So prefill == token-by-token decode, bit for bit.
   std::vector<float> x, ak, av;
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), n - off);
     x.assign(static_cast<size_t>(m * c.hidden), 0.0f);
     q_.resize(static_cast<size_t>(m * c.q_dim()));
     attn_.resize(q_.size());
@@ -126,18 +114,8 @@ std::vector<float> CachedResidualEngine::prefill(const std::vector<int32_t>& tok
                                                    std::to_string(lo) + ", " + std::to_string(off + m) + ") but holds [" +
                                                    std::to_string(L.k.first_pos()) + ", " + std::to_string(L.k.end_pos()) + ")");
       const KvSpan span{L.k.at(lo), L.v.at(lo), lo, off + m - lo};
-      AttendMask mask;
-      const int64_t keep = tiers_.kv_keep[static_cast<size_t>(li)];
-      const ColdCodec codec = policy_[static_cast<size_t>(li)];
-      if (keep > 0 && codec != ColdCodec::F32) {
-        // Hot rows older than kv_keep for some query of this chunk (p - j > keep).
-        const int64_t a = std::max(L.hot.first_pos(), lo), b = off + m - 1 - keep;
-        if (b > a) {
-          roundtrip_kv(*fwd_, li, codec, L.hot, a, b, ak, av);
-          mask.alt = {ak.data(), av.data(), a, b - a};
-          mask.alt_recent = keep + 1;
-        }
-      }
+      const AttendMask mask = prefill_roundtrip_mask(*fwd_, li, policy_[static_cast<size_t>(li)],
+                                                     tiers_.kv_keep[static_cast<size_t>(li)], L.hot, lo, off + m, ak, av);
       fwd_->attend(li, q_.data(), m, off, span, attn_.data(), mask);
       fwd_->finish_layer(li, attn_.data(), m, x.data());
     }
@@ -222,8 +200,8 @@ void CachedResidualEngine::load_state(const std::string& path) {
     // K/V (derivative): cold rows from the round-tripped residuals, hot rows from the residuals.
     const int64_t total = n - want_cold;
     std::vector<float> k(static_cast<size_t>(total * c.kv_dim())), v(k.size());
-    for (int64_t off = 0; off < total; off += Forward::kChunk) {
-      const int64_t m = std::min(Forward::kChunk, total - off);
+    for (int64_t off = 0; off < total; off += fwd_->chunk()) {
+      const int64_t m = std::min(fwd_->chunk(), total - off);
       std::vector<float> xs(static_cast<size_t>(m * c.hidden));
       for (int64_t j = 0; j < m; ++j) {
         const int64_t pos = want_cold + off + j;

@@ -34,11 +34,7 @@ MarkovRsEngine::MarkovRsEngine(std::shared_ptr<Forward> forward, int64_t window,
   std::string why;
   if (!residual_is_sufficient(c, &why))
     throw Error(ErrorKind::BackendUnavailable, name() + ": " + why);
-  switch (codec_) {
-    case ColdCodec::F32: words_per_row_ = c.hidden; break;
-    case ColdCodec::Bf16: words_per_row_ = (c.hidden + 1) / 2; break;
-    case ColdCodec::Int8: words_per_row_ = 1 + (c.hidden + 3) / 4; break;
-  }
+  words_per_row_ = cold_codec_words(codec_, c.hidden);
   tiers_ = ResidualTierLimits(c, window_);
   layers_ = fresh_layers();
 }
@@ -54,37 +50,22 @@ std::vector<MarkovRsEngine::Layer> MarkovRsEngine::fresh_layers() const {
   return out;
 }
 
-void MarkovRsEngine::encode_row(const float* x, uint32_t* out) const {
-  encode_cold_row(codec_, fwd_->config().hidden, x, out);
-}
-
 void MarkovRsEngine::decode_row(const uint32_t* in, float* x) const {
   decode_cold_row(codec_, fwd_->config().hidden, in, x);
 }
 
 void MarkovRsEngine::settle(std::vector<Layer>& layers, int64_t n) const {
-  std::vector<uint32_t> enc(static_cast<size_t>(words_per_row_));
   for (int64_t li = 0; li < static_cast<int64_t>(layers.size()); ++li) {
     Layer& L = layers[static_cast<size_t>(li)];
-    const int64_t keep_lo = tiers_.retain_lo(li, n), lo = tiers_.hot_lo(li, n);
-    L.cold.drop_before(keep_lo);  // first, so rows moved below land right after what is left
-    if (L.hot.first_pos() < lo) {
-      for (int64_t pos = std::max(L.hot.first_pos(), keep_lo); pos < lo; ++pos) {
-        if (L.cold.rows() == 0 || L.cold.end_pos() != pos) L.cold.reset_to(pos);
-        encode_row(L.hot.at(pos), enc.data());
-        L.cold.append(enc.data(), 1);
-      }
-      L.hot.drop_before(lo);
-    }
-    if (L.cold.rows() == 0) L.cold.reset_to(L.hot.first_pos());
+    settle_layer_tiers(tiers_, li, n, codec_, fwd_->config().hidden, L.cold, L.hot);
     L.kv.evict();
   }
 }
 
 void MarkovRsEngine::derive_kv(int64_t li, const float* x, int64_t n, int64_t pos0, float* k, float* v) {
   const ModelConfig& c = fwd_->config();
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), n - off);
     fwd_->kv_from_residual(li, x + off * c.hidden, m, pos0 + off, k + off * c.kv_dim(), v + off * c.kv_dim());
   }
 }
@@ -124,8 +105,8 @@ std::vector<float> MarkovRsEngine::prefill(const std::vector<int32_t>& tokens) {
   // cold tier, positions that turn cold within the chunk through the round trip (AttendMask::alt),
   // the newest kv_keep + 1 exact. So prefill == token-by-token decode, bit for bit.
   std::vector<float> x, ak, av;
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), n - off);
     x.assign(static_cast<size_t>(m * c.hidden), 0.0f);
     q_.resize(static_cast<size_t>(m * c.q_dim()));
     attn_.resize(q_.size());
@@ -140,16 +121,8 @@ std::vector<float> MarkovRsEngine::prefill(const std::vector<int32_t>& tokens) {
       L.kv.append(k_.data(), v_.data(), m);
       const int64_t lo = lc.sliding ? std::max<int64_t>(0, off - lc.window + 1) : 0;
       const KvSpan span = attend_span(L, li, lo, off + m);
-      AttendMask mask;
-      const int64_t keep = tiers_.kv_keep[static_cast<size_t>(li)];
-      if (keep > 0 && codec_ != ColdCodec::F32) {
-        const int64_t a = std::max(L.hot.first_pos(), lo), b = off + m - 1 - keep;  // hot rows that turn cold for a later query
-        if (b > a) {
-          roundtrip_kv(*fwd_, li, codec_, L.hot, a, b, ak, av);
-          mask.alt = {ak.data(), av.data(), a, b - a};
-          mask.alt_recent = keep + 1;
-        }
-      }
+      const AttendMask mask =
+          prefill_roundtrip_mask(*fwd_, li, codec_, tiers_.kv_keep[static_cast<size_t>(li)], L.hot, lo, off + m, ak, av);
       fwd_->attend(li, q_.data(), m, off, span, attn_.data(), mask);
       fwd_->finish_layer(li, attn_.data(), m, x.data());
     }

@@ -80,7 +80,6 @@ class MarkovRsEngine : public Engine {
   /// Move rows leaving the hot tier into the cold tier (encoded) or drop them; drop cold rows no
   /// longer needed; evict K/V.
   void settle(std::vector<Layer>& layers, int64_t n) const;
-  void encode_row(const float* x, uint32_t* out) const;
   void decode_row(const uint32_t* in, float* x) const;
   /// K/V rows of positions [lo, end) for attention: hot rows from L.kv, cold ones derived from
   /// the decoded cold tier (into span_k_ / span_v_). Error{BackendFailure} when a row is missing.

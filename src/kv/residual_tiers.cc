@@ -104,8 +104,8 @@ void roundtrip_kv(Forward& f, int64_t li, ColdCodec codec, const RowStore<float>
   v.resize(k.size());
   std::vector<uint32_t> enc(static_cast<size_t>(cold_codec_words(codec, c.hidden)));
   std::vector<float> x;
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += f.chunk()) {
+    const int64_t m = std::min(f.chunk(), n - off);
     x.resize(static_cast<size_t>(m * c.hidden));
     for (int64_t j = 0; j < m; ++j) {
       encode_cold_row(codec, c.hidden, hot.at(a + off + j), enc.data());
@@ -113,6 +113,38 @@ void roundtrip_kv(Forward& f, int64_t li, ColdCodec codec, const RowStore<float>
     }
     f.kv_from_residual(li, x.data(), m, a + off, k.data() + off * c.kv_dim(), v.data() + off * c.kv_dim());
   }
+}
+
+int64_t settle_layer_tiers(const ResidualTierLimits& tiers, int64_t li, int64_t n, ColdCodec codec, int64_t hidden,
+                           RowStore<uint32_t>& cold, RowStore<float>& hot) {
+  const int64_t keep_lo = tiers.retain_lo(li, n), lo = tiers.hot_lo(li, n);
+  cold.drop_before(keep_lo);  // first, so rows moved below land right after what is left
+  int64_t first = lo;
+  if (hot.first_pos() < lo) {
+    first = std::max(hot.first_pos(), keep_lo);
+    std::vector<uint32_t> enc(static_cast<size_t>(cold.width()));
+    for (int64_t pos = first; pos < lo; ++pos) {
+      if (cold.rows() == 0 || cold.end_pos() != pos) cold.reset_to(pos);
+      encode_cold_row(codec, hidden, hot.at(pos), enc.data());
+      cold.append(enc.data(), 1);
+    }
+    hot.drop_before(lo);
+  }
+  if (cold.rows() == 0) cold.reset_to(hot.first_pos());
+  return std::min(first, lo);
+}
+
+AttendMask prefill_roundtrip_mask(Forward& f, int64_t li, ColdCodec codec, int64_t keep, const RowStore<float>& hot,
+                                  int64_t lo, int64_t end, std::vector<float>& ak, std::vector<float>& av) {
+  AttendMask mask;
+  if (keep <= 0 || codec == ColdCodec::F32) return mask;
+  const int64_t a = std::max(hot.first_pos(), lo), b = end - 1 - keep;  // hot rows older than keep for a later query
+  if (b > a) {
+    roundtrip_kv(f, li, codec, hot, a, b, ak, av);
+    mask.alt = {ak.data(), av.data(), a, b - a};
+    mask.alt_recent = keep + 1;
+  }
+  return mask;
 }
 
 void write_residual_tiers(StateWriter& w, const RowStore<uint32_t>& cold, const RowStore<float>& hot) {

@@ -9,11 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "inference/forward.h"
 #include "kv/state_file.h"
-
-namespace larql {
-class Forward;
-}
 
 namespace larql {
 
@@ -96,6 +93,24 @@ struct ResidualTierLimits {
 /// sees what a decode step at its position sees (older positions through the round trip).
 void roundtrip_kv(Forward& f, int64_t li, ColdCodec codec, const RowStore<float>& hot, int64_t a, int64_t b,
                   std::vector<float>& k, std::vector<float>& v);
+
+/// The tier move of layer li once n tokens are consumed, shared by markov-rs and the cached
+/// residual engines' settle(): cold rows below tiers.retain_lo(li, n) are dropped; hot rows at
+/// [max(hot.first_pos(), retain_lo), tiers.hot_lo(li, n)) are encoded with `codec` and appended to
+/// `cold` (which restarts at the first of them when it does not end there), then dropped from
+/// `hot`. Returns that range's first position (== hot_lo when no row moved); the caller re-derives
+/// what it caches for [returned, hot_lo(li, n)).
+int64_t settle_layer_tiers(const ResidualTierLimits& tiers, int64_t li, int64_t n, ColdCodec codec, int64_t hidden,
+                           RowStore<uint32_t>& cold, RowStore<float>& hot);
+
+/// The mask a prefill chunk of layer li (queries up to position end - 1, attending from `lo`)
+/// needs so that each query sees what a decode step at its position sees: hot rows in
+/// [max(hot.first_pos(), lo), end - 1 - keep) — those that turn cold for a later query of the
+/// chunk — through the codec round trip (AttendMask::alt, K/V in ak/av from roundtrip_kv), the
+/// newest keep + 1 exact. An empty mask for F32 (the round trip is exact) or keep == 0 (all hot).
+/// Shared by markov-rs-codec's and the cached residual engines' prefill.
+AttendMask prefill_roundtrip_mask(Forward& f, int64_t li, ColdCodec codec, int64_t keep, const RowStore<float>& hot,
+                                  int64_t lo, int64_t end, std::vector<float>& ak, std::vector<float>& av);
 
 /// One layer's tiers in a state file: u64 cold first, u64 cold rows, the encoded words as held;
 /// u64 hot first, u64 hot rows, the f32 residuals.

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "quant/quant.h"
 #include "util/error.h"
 
 namespace larql::turbo {
@@ -200,15 +201,24 @@ __attribute__((target("avx2"))) void decode4_avx2(const uint8_t* p, const float*
   }
 }
 
-const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
-
 }  // namespace
 #endif
+
+bool Codec::simd_decode() const {
+#if defined(__x86_64__)
+  // The one ISA selection (quant::active_isa()), read at each call like every kernel family.
+  return bits_ == 4 && d_ % 16 == 0 && use_simd_ && quant::active_isa() >= quant::Isa::AVX2;
+#else
+  return false;
+#endif
+}
+
+const char* Codec::decode_variant() const { return simd_decode() ? "avx2" : "scalar"; }
 
 void Codec::decode_rotated(const uint8_t* in, float* y) const {
   // Not profiled here: it runs per row inside attention (see TurboQuantEngine::layer_step).
 #if defined(__x86_64__)
-  if (bits_ == 4 && d_ % 16 == 0 && kHaveAvx2 && use_simd_) {
+  if (simd_decode()) {
     float norm;
     std::memcpy(&norm, in, 4);
     float lv[16];

@@ -341,10 +341,10 @@ void TurboQuantEngine::layer_step(int64_t li, float* x, int64_t n, int64_t pos0)
 std::vector<float> TurboQuantEngine::run(const int32_t* tokens, int64_t n) {
   const ModelConfig& c = fwd_->config();
   check_context(n_past_ + n, c);
-  std::vector<float> x(static_cast<size_t>(std::min(n, Forward::kChunk) * c.hidden));
+  std::vector<float> x(static_cast<size_t>(std::min(n, fwd_->chunk()) * c.hidden));
   std::vector<float> last(static_cast<size_t>(c.hidden));
-  for (int64_t off = 0; off < n; off += Forward::kChunk) {
-    const int64_t m = std::min(Forward::kChunk, n - off);
+  for (int64_t off = 0; off < n; off += fwd_->chunk()) {
+    const int64_t m = std::min(fwd_->chunk(), n - off);
     fwd_->embed(tokens + off, m, x.data());
     for (int64_t li = 0; li < c.n_layers; ++li) layer_step(li, x.data(), m, n_past_);
     n_past_ += m;

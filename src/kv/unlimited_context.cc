@@ -59,7 +59,7 @@ std::vector<float> UnlimitedContextEngine::process(const int32_t* tokens, int64_
   std::vector<float> x;
   while (n > 0) {
     if (cur_len_ == window_) close_window();
-    const int64_t m = std::min({n, window_ - cur_len_, Forward::kChunk});
+    const int64_t m = std::min({n, window_ - cur_len_, fwd_->chunk()});
     x.resize(static_cast<size_t>(m * c.hidden));
     const int64_t pos0 = n_past();
     fwd_->embed(tokens, m, x.data());

@@ -27,7 +27,7 @@ const Variant kVariants[] = {
 constexpr int kNumVariants = 3;
 
 // Whether variant i can run now: the CPU has it and the active ISA allows it. A lowered ISA
-// (LARQL_ISA, set_isa) runs only that level's plain kernels, as a CPU without VNNI would.
+// (set_isa, from the CLI's --isa) runs only that level's plain kernels, as a CPU without VNNI would.
 bool cpu_has(int i) {
   const Isa a = active_isa();
   switch (i) {

@@ -4,7 +4,6 @@
 #include <cpuid.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -41,21 +40,8 @@ Isa clamp_isa(Isa isa) {
   return static_cast<int>(isa) > static_cast<int>(best) ? best : isa;
 }
 
-// Start-up ISA: detect_isa(), lowered by LARQL_ISA if set (read once, here).
-Isa initial_isa() {
-  Isa isa = detect_isa();
-  if (const char* env = std::getenv("LARQL_ISA")) {
-    const std::string v = env;
-    if (v == "scalar") isa = Isa::Scalar;
-    else if (v == "avx2") isa = Isa::AVX2;
-    else if (v == "avx512") isa = Isa::AVX512;
-    isa = clamp_isa(isa);
-  }
-  return isa;
-}
-
 std::atomic<int>& active_slot() {
-  static std::atomic<int> slot{static_cast<int>(initial_isa())};
+  static std::atomic<int> slot{static_cast<int>(detect_isa())};
   return slot;
 }
 
@@ -107,6 +93,15 @@ Isa detect_isa() {
 Isa active_isa() { return static_cast<Isa>(active_slot().load(std::memory_order_relaxed)); }
 
 void set_isa(Isa isa) { active_slot().store(static_cast<int>(clamp_isa(isa))); }
+
+Isa parse_isa(std::string_view name) {
+  for (Isa isa : {Isa::Scalar, Isa::AVX2, Isa::AVX512})
+    if (name == isa_name(isa)) return isa;
+  throw Error(ErrorKind::InvalidArgument,
+              "unknown ISA '" + std::string(name) + "' (accepted: scalar, avx2, avx512)");
+}
+
+const char* vec_dot_variant() { return active_isa() >= Isa::AVX2 ? "avx2" : "scalar"; }
 
 DType vec_dot_type(DType weight) {
   switch (weight) {

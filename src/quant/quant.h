@@ -1,12 +1,13 @@
 // Block weight formats: dequantisation, quantisation and dot-product kernels.
 // Layouts follow ggml's published block structs (ggml-common.h) byte for byte, so GGUF tensor
 // data is used in place. A scalar reference exists for every kernel; SIMD versions (AVX2, AVX-512)
-// are picked once at run time from CPUID and must agree with the reference within the bounds
-// documented in tests/quant/.
+// follow the one ISA selection (active_isa() below: CPUID's best unless lowered) and must agree
+// with the reference within the bounds documented in tests/quant/.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "util/dtype.h"
 
@@ -19,13 +20,23 @@ enum class Isa { Scalar = 0, AVX2 = 1, AVX512 = 2 };
 const char* isa_name(Isa isa);
 /// Best ISA this CPU supports (and we have kernels for).
 Isa detect_isa();
-/// ISA used by the kernels now (starts at detect_isa(); the LARQL_ISA=scalar|avx2|avx512
-/// environment variable, read once at start-up, can lower it for debugging and for measuring a
-/// lesser CPU: below detect_isa() only that level's plain kernels run, no VNNI; see
-/// quant/gemm.h).
+/// The one ISA selection every kernel family reads at each call: quant (row kernels
+/// vec_dot_variant(), tiled GEMM gemm_isa_name()), compute (f32 SIMD kernels and attention,
+/// compute::simd_variant() / attention_variant()) and the turbo codec
+/// (turbo::Codec::decode_variant()). Starts at detect_isa(); the CLI lowers it from --isa or
+/// $LARQL_ISA before any kernel runs (docs/cli.md). Below detect_isa() only that level's plain
+/// kernels run, no VNNI (see quant/gemm.h). No library code reads the environment.
 Isa active_isa();
-/// Force an ISA (clamped to detect_isa()). For tests and benchmarks.
+/// Select the ISA for every kernel family (clamped to detect_isa()). The CLI calls it once at
+/// start-up; tests and benchmarks may switch between calls (not while kernels run on other
+/// threads: a matmul could then mix variants, which agree only within their documented bounds).
 void set_isa(Isa isa);
+/// "scalar" | "avx2" | "avx512" -> Isa. Errors: Error{InvalidArgument} naming the value and the
+/// accepted names.
+Isa parse_isa(std::string_view name);
+/// Which row kernels (vec_dot, quantize_row) run under the active ISA: "avx2" (also under
+/// AVX512: its row kernels are AVX2's, see quant.cc) or "scalar".
+const char* vec_dot_variant();
 
 /// The activation format a weight type is multiplied with:
 /// Q4_0, Q5_0, Q8_0 -> Q8_0; Q4_K, Q5_K, Q6_K -> Q8_K; everything else -> F32.

@@ -1,12 +1,58 @@
 #include "util/profile.h"
 
 #include <atomic>
+#include <mutex>
+#include <vector>
 
 namespace larql::profile {
 namespace {
 
 std::atomic<bool> g_enabled{false};
-Totals g_totals;
+
+/// One thread's counters. Written only by their thread (relaxed load + store, no RMW needed),
+/// read by totals() from any thread: atomics, so TSan-clean without a lock on the hot path.
+struct Counters {
+  std::atomic<double> seconds[kStages] = {};
+  std::atomic<int64_t> calls[kStages] = {};
+};
+
+/// Every live thread's counters, and the sum left by threads that have exited.
+struct Registry {
+  std::mutex mu;
+  std::vector<Counters*> live;
+  Totals retired;
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: threads may exit during static teardown
+  return *r;
+}
+
+void accumulate(Totals& t, const Counters& c) {
+  for (int i = 0; i < kStages; ++i) {
+    t.seconds[i] += c.seconds[i].load(std::memory_order_relaxed);
+    t.calls[i] += c.calls[i].load(std::memory_order_relaxed);
+  }
+}
+
+/// The calling thread's counters, registered on first use and folded into `retired` at exit.
+struct ThreadSlot {
+  Counters c;
+  ThreadSlot() {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.live.push_back(&c);
+  }
+  ~ThreadSlot() {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    accumulate(r.retired, c);
+    std::erase(r.live, &c);
+  }
+};
+Counters& mine() {
+  thread_local ThreadSlot slot;
+  return slot.c;
+}
 
 }  // namespace
 
@@ -40,12 +86,31 @@ const char* stage_description(Stage s) {
 
 void set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
-void reset() { g_totals = Totals{}; }
-Totals totals() { return g_totals; }
+
+void reset() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.retired = Totals{};
+  for (Counters* c : r.live)
+    for (int i = 0; i < kStages; ++i) {
+      c->seconds[i].store(0.0, std::memory_order_relaxed);
+      c->calls[i].store(0, std::memory_order_relaxed);
+    }
+}
+
+Totals totals() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  Totals t = r.retired;
+  for (const Counters* c : r.live) accumulate(t, *c);
+  return t;
+}
 
 void add(Stage s, double seconds) {
-  g_totals.seconds[static_cast<int>(s)] += seconds;
-  g_totals.calls[static_cast<int>(s)] += 1;
+  Counters& c = mine();
+  const int i = static_cast<int>(s);
+  c.seconds[i].store(c.seconds[i].load(std::memory_order_relaxed) + seconds, std::memory_order_relaxed);
+  c.calls[i].store(c.calls[i].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
 }  // namespace larql::profile

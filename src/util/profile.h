@@ -1,6 +1,8 @@
 // Stage timers for `--profile`: where a step's time goes (embed, K/V derivation, attention,
 // FFN, codecs, lm_head). Off by default; when off a Scope costs one branch.
 // Timed from the calling thread only (the work inside a stage may fan out to the pool).
+// Counters are per thread (each thread writes only its own, as relaxed atomics) and summed on
+// read, so threads that time stages at once (several sequences) neither race nor lose counts.
 #pragma once
 
 #include <chrono>
@@ -17,14 +19,17 @@ const char* stage_description(Stage s);
 
 void set_enabled(bool on);
 bool enabled();
+/// Zero every thread's counters (a count added by another thread at the same moment may survive).
 void reset();
 
 struct Totals {
   double seconds[kStages] = {};
   int64_t calls[kStages] = {};
 };
+/// The sum over every thread that has added since the last reset(), live or exited.
 Totals totals();
 
+/// Add one call of `seconds` to stage s, on the calling thread's counters.
 void add(Stage s, double seconds);
 
 /// Times its lifetime into `s` when profiling is enabled.
