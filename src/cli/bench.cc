@@ -32,7 +32,7 @@ struct BenchArgs {
   int64_t prompt_tokens = 512, decode_tokens = 128;
   int threads = 0;
   bool json = false, roofline = false;
-  std::string batch;  ///< "1,2,4,8,16": aggregate decode of that many standard sequences at once
+  std::vector<int64_t> batch;  ///< --batch 1,2,4,8,16: aggregate decode of that many standard sequences at once
 };
 
 // Weight bytes one decode step reads: every layer matrix and the lm_head (tied or not).
@@ -81,13 +81,7 @@ std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
 // through StandardEngine::decode_batch (one pass over the weights per step) with a batched
 // lm_head and greedy tokens. Aggregate tok/s = N / median step time (step + logits + argmax).
 void run_batch(const BenchArgs& a) {
-  std::vector<int64_t> sizes;
-  for (size_t b = 0; b <= a.batch.size();) {
-    const size_t e = std::min(a.batch.find(',', b), a.batch.size());
-    sizes.push_back(parse_int(std::string_view(a.batch).substr(b, e - b), 1, 4096, "--batch"));
-    b = e + 1;
-  }
-  if (sizes.empty()) throw Error(ErrorKind::InvalidArgument, "--batch: no sizes (e.g. --batch 1,2,4,8)");
+  const std::vector<int64_t>& sizes = a.batch;
   Loaded l = load(a.model, a.threads);
   const ModelConfig& c = l.model->config();
   if (a.prompt_tokens + a.decode_tokens > c.context_length)
@@ -320,9 +314,23 @@ void register_bench(CLI::App& app) {
   s->add_flag("--roofline", a->roofline,
               "also measure read bandwidth and the int8 peak with these threads; print decode as a fraction of "
               "bytes-read / bandwidth and prefill as a fraction of the int8 peak");
-  s->add_option("--batch", a->batch,
-                 "comma-separated sequence counts (e.g. 1,2,4,8,16): aggregate decode tok/s of that many standard "
-                 "sequences stepped together (one pass over the weights per step); --engines is ignored");
+  s->add_option_function<std::string>(
+       "--batch",
+       [a](const std::string& v) {
+         a->batch.clear();
+         try {
+           for (size_t b = 0; b <= v.size();) {
+             const size_t e = std::min(v.find(',', b), v.size());
+             a->batch.push_back(parse_int(std::string_view(v).substr(b, e - b), 1, 4096, "--batch"));
+             b = e + 1;
+           }
+         } catch (const Error& e) {
+           throw CLI::ValidationError(e.what());
+         }
+       },
+       "comma-separated sequence counts, each in [1, 4,096] (e.g. 1,2,4,8,16): aggregate decode tok/s of that "
+       "many standard sequences stepped together, one pass over the weights per step; --engines is ignored")
+      ->type_name("N,N,...");
   s->callback([a] { run(*a); });
 }
 

@@ -70,11 +70,15 @@ void Forward::decode_batch(std::span<BatchItem> items) {
     qkv_at(li, x, n, ws_.pos.data(), q, k, v);
     // Attention per sequence over its own K/V, exactly as layer() does for one row (eviction
     // waits for the end of the step, so a cancelled sequence can be rewound).
+    ws_.spans.resize(static_cast<size_t>(n));
+    ws_.masks.resize(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) {
       LayerKv& kv = items[static_cast<size_t>(ws_.seq[static_cast<size_t>(r)])].cache->layer(li);
       kv.append(k + r * kvd, v + r * kvd, 1);
-      attend(li, q + r * qd, 1, ws_.pos[static_cast<size_t>(r)], span_of(kv), attn + r * qd, mask_of(kv));
+      ws_.spans[static_cast<size_t>(r)] = span_of(kv);
+      ws_.masks[static_cast<size_t>(r)] = mask_of(kv);
     }
+    attend_rows(li, q, n, ws_.pos.data(), ws_.spans.data(), ws_.masks.data(), attn);
     finish_rows(li, attn, n, x, 0, ws_.pos.data(), ws_.seq.data());
   }
   for (int64_t r = 0; r < n; ++r) {

@@ -128,23 +128,82 @@ void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t po
   project_kv(li, n, pos0, nullptr, nullptr, k, v);
 }
 
+namespace {
+
+// Attention of one query row (q_row [q_dim] at `pos`) for heads [head, head + per_task) of one
+// K/V group over kv with `mask` (AttendMask); out_row [q_dim]. The arithmetic per head is the
+// same whatever per_task is (compute::attend_group), so callers may split heads as they like.
+void attend_heads(const ModelConfig& c, const LayerConfig& lc, const float* q_row, int64_t pos, const KvSpan& kv,
+                  const AttendMask& mask, int64_t head, int64_t per_task, float* out_row) {
+  thread_local std::vector<float> scores;
+  thread_local std::vector<const float*> krow, vrow;
+  const int64_t hd = c.head_dim, kv_dim = c.kv_dim(), group = c.n_heads / c.n_kv_heads, g = head / group;
+  const float scale = c.attn_scale, cap = c.attn_logit_softcap;
+  const bool has_sink = mask.sink.rows > 0;
+  const int64_t sink_end = has_sink ? mask.sink.first_pos + mask.sink.rows : kv.first_pos;
+  const int64_t alt_end = mask.alt.first_pos + mask.alt.rows;
+  // The visible keys, ascending: sink rows, then kv rows from `lo` (AttendMask).
+  const int64_t model_lo = lc.sliding ? pos - lc.window + 1 : kv.first_pos;
+  int64_t lo = std::max({kv.first_pos, model_lo, sink_end});
+  if (mask.window > 0) lo = std::max(lo, pos - mask.window + 1);
+  const int64_t s_lo = lc.sliding ? std::max(mask.sink.first_pos, model_lo) : mask.sink.first_pos;
+  const int64_t s_hi = std::min(sink_end, pos + 1);
+  const int64_t ns = has_sink ? std::max<int64_t>(0, s_hi - s_lo) : 0;
+  const int64_t m = ns + (pos - lo + 1);  // >= 1: the query's own row is in kv or the sink
+  const bool alt_used =
+      mask.alt.rows > 0 && std::max(lo, mask.alt.first_pos) <= std::min(pos - mask.alt_recent, alt_end - 1);
+  if (static_cast<int64_t>(scores.size()) < per_task * m) scores.resize(static_cast<size_t>(per_task * m));
+  if (ns == 0 && !alt_used) {  // one contiguous run of kv rows: the shared-load kernel
+    const int64_t off = (lo - kv.first_pos) * kv_dim + g * hd;
+    compute::attend_group(q_row + head * hd, per_task, kv.k + off, kv.v + off, m, kv_dim, hd, scale, cap,
+                          scores.data(), out_row + head * hd);
+    return;
+  }
+  // Rows from several places (sink, alt): gathered, then the same arithmetic per head as
+  // compute::attend_group (dot_f32, softmax, axpy in key order), so the bits do not depend
+  // on which path a query took.
+  if (static_cast<int64_t>(krow.size()) < m) {
+    krow.resize(static_cast<size_t>(m));
+    vrow.resize(static_cast<size_t>(m));
+  }
+  for (int64_t j = 0; j < ns; ++j) {
+    krow[static_cast<size_t>(j)] = mask.sink.k + (s_lo + j - mask.sink.first_pos) * kv_dim + g * hd;
+    vrow[static_cast<size_t>(j)] = mask.sink.v + (s_lo + j - mask.sink.first_pos) * kv_dim + g * hd;
+  }
+  for (int64_t j = lo; j <= pos; ++j) {
+    const bool from_alt = mask.alt.rows > 0 && j >= mask.alt.first_pos && j < alt_end && j <= pos - mask.alt_recent;
+    const KvSpan& src = from_alt ? mask.alt : kv;
+    krow[static_cast<size_t>(ns + j - lo)] = src.k + (j - src.first_pos) * kv_dim + g * hd;
+    vrow[static_cast<size_t>(ns + j - lo)] = src.v + (j - src.first_pos) * kv_dim + g * hd;
+  }
+  for (int64_t h = head; h < head + per_task; ++h) {
+    const float* qh = q_row + h * hd;
+    for (int64_t j = 0; j < m; ++j) {
+      float s = compute::dot_f32(qh, krow[static_cast<size_t>(j)], hd) * scale;
+      if (cap > 0) s = cap * std::tanh(s / cap);
+      scores[static_cast<size_t>(j)] = s;
+    }
+    compute::softmax(scores.data(), m);
+    float* o = out_row + h * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t j = 0; j < m; ++j) compute::axpy(scores[static_cast<size_t>(j)], vrow[static_cast<size_t>(j)], o, hd);
+  }
+}
+
+}  // namespace
+
 void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out,
                      const AttendMask& mask) {
   const profile::Scope prof(profile::Stage::Attention);
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
-  const int64_t hd = c.head_dim, kv_dim = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
+  const int64_t group = c.n_heads / c.n_kv_heads;
   const int64_t kv_end = kv.first_pos + kv.rows;
   // Validate here: nothing may throw inside the pool's workers.
   if (n > 0 && (pos0 + n > kv_end || kv.rows == 0 || pos0 < kv.first_pos))
     throw Error(ErrorKind::InvariantViolation, "attend: layer " + std::to_string(li) + " K/V ends at position " +
                                                    std::to_string(kv_end) + " but a query is at " +
                                                    std::to_string(pos0 + n - 1));
-  const bool has_sink = mask.sink.rows > 0;
-  const int64_t sink_end = has_sink ? mask.sink.first_pos + mask.sink.rows : kv.first_pos;
-  const int64_t alt_end = mask.alt.first_pos + mask.alt.rows;
-  const float scale = c.attn_scale;
-  const float cap = c.attn_logit_softcap;
   // A task is one query row's heads of one K/V group (they share the K/V loads), or a single
   // head when there are too few rows to keep every thread busy; the arithmetic per head is the
   // same either way (compute::attend_group). Rows are dealt first, last, second, ... so causal
@@ -152,61 +211,37 @@ void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const 
   const int64_t per_task = n >= pool_->size() ? group : 1;
   const int64_t tasks_per_row = c.n_heads / per_task;
   auto run = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores;
-    thread_local std::vector<const float*> krow, vrow;
     for (int64_t task = b; task < e; ++task) {
       const int64_t i = task / tasks_per_row, t = i % 2 == 0 ? i / 2 : n - 1 - i / 2;
-      const int64_t head = (task % tasks_per_row) * per_task, g = head / group;
-      const int64_t pos = pos0 + t;
-      // The visible keys, ascending: sink rows, then kv rows from `lo` (AttendMask).
-      const int64_t model_lo = lc.sliding ? pos - lc.window + 1 : kv.first_pos;
-      int64_t lo = std::max({kv.first_pos, model_lo, sink_end});
-      if (mask.window > 0) lo = std::max(lo, pos - mask.window + 1);
-      const int64_t s_lo = lc.sliding ? std::max(mask.sink.first_pos, model_lo) : mask.sink.first_pos;
-      const int64_t s_hi = std::min(sink_end, pos + 1);
-      const int64_t ns = has_sink ? std::max<int64_t>(0, s_hi - s_lo) : 0;
-      const int64_t m = ns + (pos - lo + 1);  // >= 1: the query's own row is in kv or the sink
-      const bool alt_used = mask.alt.rows > 0 &&
-                            std::max(lo, mask.alt.first_pos) <= std::min(pos - mask.alt_recent, alt_end - 1);
-      if (static_cast<int64_t>(scores.size()) < per_task * m) scores.resize(static_cast<size_t>(per_task * m));
-      if (ns == 0 && !alt_used) {  // one contiguous run of kv rows: the shared-load kernel
-        const int64_t off = (lo - kv.first_pos) * kv_dim + g * hd;
-        compute::attend_group(q + t * c.q_dim() + head * hd, per_task, kv.k + off, kv.v + off, m, kv_dim, hd, scale,
-                              cap, scores.data(), out + t * c.q_dim() + head * hd);
-        continue;
-      }
-      // Rows from several places (sink, alt): gathered, then the same arithmetic per head as
-      // compute::attend_group (dot_f32, softmax, axpy in key order), so the bits do not depend
-      // on which path a query took.
-      if (static_cast<int64_t>(krow.size()) < m) {
-        krow.resize(static_cast<size_t>(m));
-        vrow.resize(static_cast<size_t>(m));
-      }
-      for (int64_t j = 0; j < ns; ++j) {
-        krow[static_cast<size_t>(j)] = mask.sink.k + (s_lo + j - mask.sink.first_pos) * kv_dim + g * hd;
-        vrow[static_cast<size_t>(j)] = mask.sink.v + (s_lo + j - mask.sink.first_pos) * kv_dim + g * hd;
-      }
-      for (int64_t j = lo; j <= pos; ++j) {
-        const bool from_alt = mask.alt.rows > 0 && j >= mask.alt.first_pos && j < alt_end && j <= pos - mask.alt_recent;
-        const KvSpan& src = from_alt ? mask.alt : kv;
-        krow[static_cast<size_t>(ns + j - lo)] = src.k + (j - src.first_pos) * kv_dim + g * hd;
-        vrow[static_cast<size_t>(ns + j - lo)] = src.v + (j - src.first_pos) * kv_dim + g * hd;
-      }
-      for (int64_t h = head; h < head + per_task; ++h) {
-        const float* qh = q + t * c.q_dim() + h * hd;
-        for (int64_t j = 0; j < m; ++j) {
-          float s = compute::dot_f32(qh, krow[static_cast<size_t>(j)], hd) * scale;
-          if (cap > 0) s = cap * std::tanh(s / cap);
-          scores[static_cast<size_t>(j)] = s;
-        }
-        compute::softmax(scores.data(), m);
-        float* o = out + t * c.q_dim() + h * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int64_t j = 0; j < m; ++j) compute::axpy(scores[static_cast<size_t>(j)], vrow[static_cast<size_t>(j)], o, hd);
-      }
+      const int64_t head = (task % tasks_per_row) * per_task;
+      attend_heads(c, lc, q + t * c.q_dim(), pos0 + t, kv, mask, head, per_task, out + t * c.q_dim());
     }
   };
   // One captured reference fits std::function's inline buffer: no allocation per call.
+  pool_->parallel_for(n * tasks_per_row, [&run](int64_t b, int64_t e) { run(b, e); });
+}
+
+void Forward::attend_rows(int64_t li, const float* q, int64_t n, const int64_t* pos, const KvSpan* kv,
+                          const AttendMask* mask, float* out) {
+  const profile::Scope prof(profile::Stage::Attention);
+  const ModelConfig& c = config();
+  const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
+  for (int64_t t = 0; t < n; ++t) {
+    const KvSpan& s = kv[t];
+    if (s.rows == 0 || pos[t] < s.first_pos || pos[t] >= s.first_pos + s.rows)
+      throw Error(ErrorKind::InvariantViolation, "attend: layer " + std::to_string(li) + " K/V of row " +
+                                                     std::to_string(t) + " does not hold its position " +
+                                                     std::to_string(pos[t]));
+  }
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  const int64_t per_task = n >= pool_->size() ? group : 1;
+  const int64_t tasks_per_row = c.n_heads / per_task;
+  auto run = [&](int64_t b, int64_t e) {
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t t = task / tasks_per_row, head = (task % tasks_per_row) * per_task;
+      attend_heads(c, lc, q + t * c.q_dim(), pos[t], kv[t], mask[t], head, per_task, out + t * c.q_dim());
+    }
+  };
   pool_->parallel_for(n * tasks_per_row, [&run](int64_t b, int64_t e) { run(b, e); });
 }
 

@@ -103,6 +103,8 @@ struct Workspace {
   std::vector<float> rows;      ///< [n, hidden] decode_batch's residual rows, one per live sequence
   std::vector<int64_t> pos;     ///< [n] decode_batch: each live row's position
   std::vector<int64_t> seq;     ///< [n] decode_batch: each live row's item index
+  std::vector<KvSpan> spans;    ///< [n] decode_batch: each live row's K/V
+  std::vector<AttendMask> masks;  ///< [n] decode_batch: each live row's mask
   compute::Activations acts;    ///< the current matmul input, quantised once for all its weights
 
   /// buf resized to at least n floats; its data.
@@ -242,6 +244,11 @@ class Forward {
   /// (pos0 + t when pos is null). With q set, also q's projection [n, q_dim] (in the same pass
   /// over the pool; q-norm and RoPE are the caller's).
   void project_kv(int64_t layer, int64_t n, int64_t pos0, const int64_t* pos, float* q, float* k, float* v);
+  /// Attention of n query rows q [n, q_dim], row t at pos[t] over its own kv[t] with mask[t]
+  /// (rows of different sequences), in one pass over the pool; row t bit-identical to attend()
+  /// of that row alone. out [n, q_dim].
+  void attend_rows(int64_t layer, const float* q, int64_t n, const int64_t* pos, const KvSpan* kv,
+                   const AttendMask* mask, float* out);
   void qkv_impl(int64_t layer, const float* x, int64_t n, int64_t pos0, const int64_t* pos, float* q, float* k,
                 float* v);
   /// finish_layer with each row's position and sequence index given (either may be null).
