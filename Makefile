@@ -2,12 +2,13 @@
 # `make test` (set up, build, run every test CI runs). Both are idempotent.
 BUILD ?= build
 FUZZ_BUILD ?= build-fuzz
+TSAN_BUILD ?= build-tsan
 MODEL ?= models/gemma-3-270m-q4_k_m.gguf
 PROMPT ?= Once upon a time, in a small village by the sea,
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-cpp test-python fuzz bench bench-kernels clean
+.PHONY: all setup build demo test test-cpp test-python fuzz tsan bench bench-kernels clean
 
 all: build
 
@@ -34,6 +35,15 @@ fuzz:
 
 test: setup build test-cpp fuzz test-python
 
+# ThreadSanitizer over the threading tests (docs/architecture.md "Many sequences"): its own build
+# directory, only the libraries and the two test binaries they need; a race fails the run.
+TSAN_TESTS = ThreadPool.*:ManySequences.*:DecodeBatch.Cancel*
+tsan:
+	@test -f $(TSAN_BUILD)/build.ninja || cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLARQL_TSAN=ON
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target util_tests inference_tests
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ./$(TSAN_BUILD)/tests/util_tests --gtest_filter='$(TSAN_TESTS)'
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ./$(TSAN_BUILD)/tests/inference_tests --gtest_filter='$(TSAN_TESTS)'
+
 bench: setup build
 	.venv/bin/python bench/side_by_side.py --larql ./$(BUILD)/larql --model $(MODEL)
 
@@ -43,4 +53,4 @@ bench-kernels: setup $(BUILD)/build.ninja
 	./$(BUILD)/larql_kernel_bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)

@@ -20,7 +20,9 @@
 #include "compute/roofline.h"
 #include "formats/gguf.h"
 #include "kv/registry.h"
+#include "kv/standard.h"
 #include "util/error.h"
+#include "util/parse.h"
 
 namespace larql::cli {
 namespace {
@@ -30,6 +32,7 @@ struct BenchArgs {
   int64_t prompt_tokens = 512, decode_tokens = 128;
   int threads = 0;
   bool json = false, roofline = false;
+  std::vector<int64_t> batch;  ///< --batch 1,2,4,8,16: aggregate decode of that many standard sequences at once
 };
 
 // Weight bytes one decode step reads: every layer matrix and the lm_head (tied or not).
@@ -73,7 +76,72 @@ std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
   return ids;
 }
 
+// `--batch 1,2,4,8,16`: for each N, N standard engines each prefill a prompt of --prompt-tokens
+// (the bench text, shifted by one token per sequence), then step together --decode-tokens times
+// through StandardEngine::decode_batch (one pass over the weights per step) with a batched
+// lm_head and greedy tokens. Aggregate tok/s = N / median step time (step + logits + argmax).
+void run_batch(const BenchArgs& a) {
+  const std::vector<int64_t>& sizes = a.batch;
+  Loaded l = load(a.model, a.threads);
+  const ModelConfig& c = l.model->config();
+  if (a.prompt_tokens + a.decode_tokens > c.context_length)
+    throw Error(ErrorKind::ContextOverflow, "--prompt-tokens + --decode-tokens exceed the context of " +
+                                                std::to_string(c.context_length));
+  const int64_t max_n = *std::max_element(sizes.begin(), sizes.end());
+  const auto text = bench_prompt(l.tokenizer, a.prompt_tokens + max_n);
+  nlohmann::json list = nlohmann::json::array();
+  if (!a.json)
+    std::printf("%s, %d threads, standard engine, %lld-token prompts, %lld decode steps per sequence\n%10s %14s %14s %10s\n",
+                c.name.c_str(), l.forward->pool().size(), (long long)a.prompt_tokens, (long long)a.decode_tokens,
+                "sequences", "aggregate/s", "per-seq/s", "ms/step");
+  double single = 0;
+  for (const int64_t n : sizes) {
+    std::vector<std::unique_ptr<StandardEngine>> engines;
+    std::vector<StandardEngine::BatchStep> steps(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      engines.push_back(std::make_unique<StandardEngine>(l.forward, 0));
+      std::vector<int32_t> ids{l.tokenizer.bos_id()};
+      ids.insert(ids.end(), text.begin() + 1 + i, text.begin() + a.prompt_tokens + i);
+      engines.back()->prefill(ids);
+      steps[static_cast<size_t>(i)].engine = engines.back().get();
+      steps[static_cast<size_t>(i)].token = text[static_cast<size_t>(a.prompt_tokens + i)];
+    }
+    std::vector<float> x(static_cast<size_t>(n * c.hidden)), logits(static_cast<size_t>(n * c.vocab));
+    std::vector<double> step_s;
+    for (int64_t step = 0; step < a.decode_tokens; ++step) {
+      const double t0 = now_s();
+      StandardEngine::decode_batch(*l.forward, steps);
+      for (int64_t i = 0; i < n; ++i)
+        std::copy(steps[i].hidden.begin(), steps[i].hidden.end(), x.begin() + i * c.hidden);
+      l.forward->logits(x.data(), n, logits.data());
+      for (int64_t i = 0; i < n; ++i)
+        steps[static_cast<size_t>(i)].token = static_cast<int32_t>(compute::argmax(logits.data() + i * c.vocab, c.vocab));
+      step_s.push_back(now_s() - t0);
+    }
+    std::sort(step_s.begin(), step_s.end());
+    const size_t m = step_s.size();
+    const double median = m % 2 ? step_s[m / 2] : 0.5 * (step_s[m / 2 - 1] + step_s[m / 2]);
+    const double agg = static_cast<double>(n) / median;
+    if (n == 1) single = agg;
+    list.push_back({{"sequences", n}, {"aggregate_tok_s", agg}, {"per_sequence_tok_s", 1.0 / median},
+                    {"ms_per_step", 1000.0 * median}, {"vs_single", single > 0 ? agg / single : 0.0}});
+    if (!a.json) {
+      std::printf("%10lld %14.1f %14.1f %10.2f", (long long)n, agg, 1.0 / median, 1000.0 * median);
+      if (single > 0) std::printf("   %.2fx one sequence", agg / single);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  if (a.json) {
+    nlohmann::json out = {{"model", l.model->path()}, {"prompt_tokens", a.prompt_tokens},
+                          {"decode_tokens", a.decode_tokens}, {"threads", l.forward->pool().size()},
+                          {"engine", "standard"}, {"batches", list}, {"peak_rss_bytes", peak_rss_bytes()}};
+    std::printf("%s\n", out.dump().c_str());
+  }
+}
+
 void run(const BenchArgs& a) {
+  if (!a.batch.empty()) return run_batch(a);
   if (a.prompt_tokens < 1 || a.decode_tokens < 1)
     throw Error(ErrorKind::InvalidArgument, "--prompt-tokens and --decode-tokens must be >= 1");
   const std::vector<EngineSpec> specs = parse_cli_engine_list(a.engines);  // fail before loading
@@ -245,6 +313,23 @@ void register_bench(CLI::App& app) {
   s->add_flag("--roofline", a->roofline,
               "also measure read bandwidth and the int8 peak with these threads; print decode as a fraction of "
               "bytes-read / bandwidth and prefill as a fraction of the int8 peak");
+  s->add_option_function<std::string>(
+       "--batch",
+       [a](const std::string& v) {
+         a->batch.clear();
+         try {
+           for (size_t b = 0; b <= v.size();) {
+             const size_t e = std::min(v.find(',', b), v.size());
+             a->batch.push_back(parse_int(std::string_view(v).substr(b, e - b), 1, 4096, "--batch"));
+             b = e + 1;
+           }
+         } catch (const Error& e) {
+           throw CLI::ValidationError(e.what());
+         }
+       },
+       "comma-separated sequence counts, each in [1, 4,096] (e.g. 1,2,4,8,16): aggregate decode tok/s of that "
+       "many standard sequences stepped together, one pass over the weights per step; --engines is ignored")
+      ->type_name("N,N,...");
   s->callback([a] { run(*a); });
 }
 

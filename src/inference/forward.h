@@ -4,12 +4,15 @@
 //   out = h + post_ffn_norm(Wdown · (gelu_tanh(Wgate · ffn_norm(h)) ⊙ Wup · ffn_norm(h)))
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "compute/ops.h"
+#include "inference/ffn.h"
 #include "inference/kv_cache.h"
 #include "model/model.h"
 #include "util/thread_pool.h"
@@ -57,25 +60,98 @@ inline AttendMask mask_of(const LayerKv& kv) {
   return m;
 }
 
-/// Binds a model to a thread pool and scratch buffers. Not thread-safe: one per sequence.
+/// One layer's rows at one position, handed to a LayerObserver. Each pointer is `hidden` floats,
+/// valid only during the on_layer call. With h = residual_in + attn_out (the residual between the
+/// blocks): residual_out = h + ffn_out, ffn_in = ffn_norm(h) (the layer formula at the top).
+struct LayerTrace {
+  int64_t layer = 0;
+  int64_t pos = 0;   ///< absolute position of the row (or its row index when the caller gave none)
+  int64_t seq = 0;   ///< the sequence's index in a decode_batch call; 0 otherwise
+  int64_t hidden = 0;
+  const float* residual_in = nullptr;   ///< x entering the layer
+  const float* attn_out = nullptr;      ///< post_attn_norm(Wo · attn): what attention adds to x
+  const float* ffn_in = nullptr;        ///< ffn_norm(h): the FFN's input
+  const float* ffn_out = nullptr;       ///< post_ffn_norm(FFN(ffn_in)): what the FFN adds to x
+  const float* residual_out = nullptr;  ///< x leaving the layer
+};
+
+/// Receives each layer's rows for the positions it wants (what LQL's TRACE and EXPLAIN INFER
+/// read). Called on the thread that runs the forward pass, after the layer, once per wanted row.
+/// When none is attached the forward pass pays one pointer check per layer.
+class LayerObserver {
+ public:
+  virtual ~LayerObserver() = default;
+  /// The position set: whether rows at absolute position `pos` are reported. Default: all.
+  virtual bool wants(int64_t pos) const {
+    (void)pos;
+    return true;
+  }
+  virtual void on_layer(const LayerTrace& t) = 0;
+};
+
+/// A sequence's scratch, named by what each buffer holds; owned by whoever runs the sequence
+/// (a Forward owns one for the calls made through it). Contents are the last call's and carry
+/// no meaning between calls; sizes only grow, so steady decode allocates nothing.
+struct Workspace {
+  std::vector<float> h;         ///< [n, hidden] a normed input (attn_norm / ffn_norm / output_norm)
+  std::vector<float> q, k, v;   ///< [n, q_dim], [n, kv_dim] x2: layer()'s projections
+  std::vector<float> attn;      ///< [n, q_dim] layer()'s attention output (before Wo)
+  std::vector<float> o;         ///< [n, hidden] post_attn_norm(Wo · attn)
+  std::vector<float> gate, up;  ///< [n, ffn] DenseFfn's projections
+  std::vector<float> down;      ///< [n, hidden] the FFN's output, then post_ffn_norm of it
+  std::vector<float> trace_in;  ///< [n, hidden] the layer's input rows, kept for an observer
+  std::vector<float> rows;      ///< [n, hidden] decode_batch's residual rows, one per live sequence
+  std::vector<int64_t> pos;     ///< [n] decode_batch: each live row's position
+  std::vector<int64_t> seq;     ///< [n] decode_batch: each live row's item index
+  std::vector<KvSpan> spans;    ///< [n] decode_batch: each live row's K/V
+  std::vector<AttendMask> masks;  ///< [n] decode_batch: each live row's mask
+  compute::Activations acts;    ///< the current matmul input, quantised once for all its weights
+
+  /// buf resized to at least n floats; its data.
+  static float* grow(std::vector<float>& buf, size_t n) {
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+  }
+};
+
+/// Where a norm sits in the layer (Forward::norm).
+enum class NormSite { Attn, PostAttn, Ffn, PostFfn };
+
+/// Binds a model to an executor (a thread pool, by default the process's shared pool for the
+/// thread count: ThreadPool::shared) and holds one sequence's scratch (Workspace), FFN choice,
+/// observer and cancel flag. Cheap to make: one per sequence. Several Forwards may run on
+/// different threads at once over one Model and one pool (dispatch to the pool is serialised);
+/// one Forward is used by one thread at a time.
 class Forward {
  public:
-  /// n_threads <= 0: all hardware threads.
+  /// The shared pool of n_threads (n_threads <= 0: all hardware threads).
   Forward(std::shared_ptr<const Model> model, int n_threads);
+  /// An explicit executor (not null).
+  Forward(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool);
 
   const Model& model() const { return *model_; }
   const ModelConfig& config() const { return model_->config(); }
   std::shared_ptr<const Model> model_ptr() const { return model_; }
-  ThreadPool& pool() { return pool_; }
+  ThreadPool& pool() { return *pool_; }
+  std::shared_ptr<ThreadPool> pool_ptr() const { return pool_; }
+  Workspace& workspace() { return ws_; }
 
   /// x [n, hidden] = token_embd[tokens] * embed_scale.
   /// Errors: Error{InvalidArgument} for a token id outside [0, vocab).
   void embed(const int32_t* tokens, int64_t n, float* x);
 
+  /// y [n, hidden] = RMSNorm of x [n, hidden] with the layer's norm weight at `site`
+  /// (compute::rmsnorm; in place allowed). PostAttn/PostFfn are identity copies when the model
+  /// has no post norms.
+  void norm(NormSite site, int64_t layer, const float* x, int64_t n, float* y);
+
   /// Projections for n residual rows x [n, hidden] at positions pos0..pos0+n-1:
   /// q [n, q_dim] and k [n, kv_dim] q/k-normed and RoPE'd with the layer's base and scaling,
   /// v [n, kv_dim]. This is also "K/V from a residual" for residual-state engines.
   void qkv(int64_t layer, const float* x, int64_t n, int64_t pos0, float* q, float* k, float* v);
+  /// The same with each row's own position pos[t] (rows of different sequences in one batch);
+  /// row t is bit-identical to qkv() of that row alone at pos[t].
+  void qkv_at(int64_t layer, const float* x, int64_t n, const int64_t* pos, float* q, float* k, float* v);
 
   /// K/V only (no Q) for n residual rows x [n, hidden] at positions pos0..pos0+n-1: the same
   /// arithmetic as qkv()'s k and v (attn_norm, projection, k-norm, RoPE with the layer's base and
@@ -91,9 +167,19 @@ class Forward {
   void attend(int64_t layer, const float* q, int64_t n, int64_t pos0, const KvSpan& kv, float* out,
               const AttendMask& mask = {});
 
-  /// The rest of a layer: x += post_attn_norm(attn · Wo^T); then the FFN block, in place on
-  /// x [n, hidden]. attn is [n, q_dim].
-  void finish_layer(int64_t layer, const float* attn, int64_t n, float* x);
+  /// Attention's output stage, in place on x [n, hidden]: x += post_attn_norm(attn · Wo^T) for
+  /// attn [n, q_dim]; the added rows are left in workspace().o.
+  void attn_block(int64_t layer, const float* attn, int64_t n, float* x);
+
+  /// The FFN stage, in place on x [n, hidden]: x += post_ffn_norm(FFN(ffn_norm(x))), FFN the
+  /// layer's Ffn (set_ffn; DenseFfn by default). Leaves ffn_norm(x) in workspace().h and the
+  /// added rows in workspace().down.
+  void ffn_block(int64_t layer, int64_t n, float* x);
+
+  /// The rest of a layer after attention: attn_block, then ffn_block, then the observer (rows at
+  /// positions pos0.. when given; kNoPos numbers them 0..n-1) and the progress callback.
+  static constexpr int64_t kNoPos = -1;
+  void finish_layer(int64_t layer, const float* attn, int64_t n, float* x, int64_t pos0 = kNoPos);
 
   /// One whole layer over n rows, appending to and attending over `kv` with mask_of(kv), then
   /// evicting what kv no longer keeps.
@@ -101,11 +187,27 @@ class Forward {
 
   /// Run n tokens at positions cache.n_past().. through every layer. x [n, hidden] receives
   /// the final residual (before the final norm). Long inputs are processed in chunks.
+  /// Errors: Error{Cancelled} when the cancel flag (set_cancel) is seen set before a layer; the
+  /// cache then holds part of the input and must be cleared or rewound by the caller.
   void forward(const int32_t* tokens, int64_t n, KvCache& cache, float* x);
 
   /// logits [n, vocab] = lm_head · output_norm(x) for x [n, hidden] (with the final softcap
   /// when the model has one).
   void logits(const float* x, int64_t n, float* logits);
+
+  /// The FFN of one layer (not null; shared: see Ffn for what a shared one must respect), or
+  /// back to the dense one with nullptr. Errors: Error{InvalidArgument} for a layer out of range.
+  void set_ffn(int64_t layer, std::shared_ptr<Ffn> ffn);
+  /// The FFN a layer runs (the shared DenseFfn unless set_ffn replaced it).
+  Ffn& ffn(int64_t layer);
+
+  /// Attach (or, with nullptr, detach) an observer; not owned, must outlive its attachment.
+  void set_observer(LayerObserver* obs) { observer_ = obs; }
+  LayerObserver* observer() const { return observer_; }
+
+  /// A flag another thread may set to stop this sequence: checked before every layer of
+  /// forward() (Error{Cancelled}) and per sequence by decode_batch. nullptr: none. Not owned.
+  void set_cancel(const std::atomic<bool>* flag) { cancel_ = flag; }
 
   /// Observe progress: `cb(n)` after every finish_layer() of n rows (so a prefill of T tokens
   /// reports T x n_layers rows in all). It may throw to abandon the work (the sequence is then
@@ -119,20 +221,52 @@ class Forward {
   int64_t chunk() const { return chunk_; }
   void set_chunk(int64_t rows);
 
+  /// One sequence's part in decode_batch.
+  struct BatchItem {
+    int32_t token = 0;                         ///< the next token, at position cache->n_past()
+    KvCache* cache = nullptr;                  ///< the sequence's own K/V (not shared in the batch)
+    float* x = nullptr;                        ///< out: [hidden] final residual (before the final norm)
+    const std::atomic<bool>* cancel = nullptr; ///< optional: set (by any thread) to drop the sequence
+    bool cancelled = false;                    ///< out: dropped; its cache is as before the call
+  };
+  /// A batched decode step: advances every item's sequence by its one token in one pass over the
+  /// weights (each matmul over the batch's rows), attention per sequence over its own K/V with
+  /// mask_of(its layer). Every item's x is bit-identical to what forward(&token, 1, *cache, x)
+  /// gives it alone (the kernels are row-independent: docs/architecture.md "Seams"). A sequence
+  /// whose cancel flag is seen set before a layer leaves the batch there: its cache is rewound
+  /// to where it was, `cancelled` is set, the others go on. This Forward's FFNs, observer
+  /// (LayerTrace::seq = item index) and progress callback apply to the whole batch; its own
+  /// cancel flag is not read. Caches must be distinct.
+  /// Errors: Error{InvalidArgument} for a null cache, a repeated cache or a bad token (before any
+  /// work), Error{ContextOverflow} is the caller's check (kv/ engines make it).
+  void decode_batch(std::span<BatchItem> items);
+
  private:
-  std::vector<float>& buf(int idx, size_t n);
-  /// attn_norm(x) for n rows, into scratch; valid until the next call.
-  const float* attn_input(int64_t layer, const float* x, int64_t n);
-  /// k, v [n, kv_dim] from the normed rows in acts_: projections, k-norm, RoPE. With q set, also
-  /// q's projection [n, q_dim] (in the same pass over the pool; q-norm and RoPE are the caller's).
-  void project_kv(int64_t layer, int64_t n, int64_t pos0, float* q, float* k, float* v);
+  /// attn_norm(x) for n rows into ws_.h, and the matmul input set to it.
+  void attn_input(int64_t layer, const float* x, int64_t n);
+  /// k, v [n, kv_dim] from the normed rows in ws_.acts: projections, k-norm, RoPE at pos[t]
+  /// (pos0 + t when pos is null). With q set, also q's projection [n, q_dim] (in the same pass
+  /// over the pool; q-norm and RoPE are the caller's).
+  void project_kv(int64_t layer, int64_t n, int64_t pos0, const int64_t* pos, float* q, float* k, float* v);
+  /// Attention of n query rows q [n, q_dim], row t at pos[t] over its own kv[t] with mask[t]
+  /// (rows of different sequences), in one pass over the pool; row t bit-identical to attend()
+  /// of that row alone. out [n, q_dim].
+  void attend_rows(int64_t layer, const float* q, int64_t n, const int64_t* pos, const KvSpan* kv,
+                   const AttendMask* mask, float* out);
+  void qkv_impl(int64_t layer, const float* x, int64_t n, int64_t pos0, const int64_t* pos, float* q, float* k,
+                float* v);
+  /// finish_layer with each row's position and sequence index given (either may be null).
+  void finish_rows(int64_t layer, const float* attn, int64_t n, float* x, int64_t pos0, const int64_t* pos,
+                   const int64_t* seq);
 
   std::shared_ptr<const Model> model_;
-  ThreadPool pool_;
-  std::vector<std::vector<float>> scratch_;
+  std::shared_ptr<ThreadPool> pool_;
+  Workspace ws_;
+  std::vector<std::shared_ptr<Ffn>> ffns_;  ///< per layer; empty or null entries: dense
+  LayerObserver* observer_ = nullptr;
+  const std::atomic<bool>* cancel_ = nullptr;
   std::function<void(int64_t)> layer_progress_;
   int64_t chunk_ = kDefaultChunk;
-  compute::Activations acts_;  ///< the current matmul input, quantised once for all its weights
 };
 
 }  // namespace larql

@@ -117,7 +117,7 @@ std::vector<float> CachedResidualEngine::prefill(const std::vector<int32_t>& tok
       const AttendMask mask = prefill_roundtrip_mask(*fwd_, li, policy_[static_cast<size_t>(li)],
                                                      tiers_.kv_keep[static_cast<size_t>(li)], L.hot, lo, off + m, ak, av);
       fwd_->attend(li, q_.data(), m, off, span, attn_.data(), mask);
-      fwd_->finish_layer(li, attn_.data(), m, x.data());
+      fwd_->finish_layer(li, attn_.data(), m, x.data(), off);
     }
     settle(off + m, true);  // rows leaving the hot tier: encoded, their K/V re-derived
   }
@@ -151,7 +151,7 @@ std::vector<float> CachedResidualEngine::decode_step(int32_t token) {
                                                  std::to_string(L.k.first_pos()) + ", " + std::to_string(L.k.end_pos()) + ")");
     const KvSpan span{L.k.at(lo), L.v.at(lo), lo, p + 1 - lo};
     fwd_->attend(li, q_.data(), 1, p, span, attn_.data());
-    fwd_->finish_layer(li, attn_.data(), 1, x_.data());
+    fwd_->finish_layer(li, attn_.data(), 1, x_.data(), p);
   }
   n_past_ = p + 1;
   settle(n_past_, true);

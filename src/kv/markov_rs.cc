@@ -124,7 +124,7 @@ std::vector<float> MarkovRsEngine::prefill(const std::vector<int32_t>& tokens) {
       const AttendMask mask =
           prefill_roundtrip_mask(*fwd_, li, codec_, tiers_.kv_keep[static_cast<size_t>(li)], L.hot, lo, off + m, ak, av);
       fwd_->attend(li, q_.data(), m, off, span, attn_.data(), mask);
-      fwd_->finish_layer(li, attn_.data(), m, x.data());
+      fwd_->finish_layer(li, attn_.data(), m, x.data(), off);
     }
     settle(layers_, off + m);
   }
@@ -154,7 +154,7 @@ std::vector<float> MarkovRsEngine::decode_step(int32_t token) {
     const int64_t lo = lc.sliding ? std::max<int64_t>(0, p - lc.window + 1) : 0;
     const KvSpan span = attend_span(L, li, lo, p + 1);
     fwd_->attend(li, q_.data(), 1, p, span, attn_.data());
-    fwd_->finish_layer(li, attn_.data(), 1, x_.data());
+    fwd_->finish_layer(li, attn_.data(), 1, x_.data(), p);
   }
   n_past_ = p + 1;
   settle(layers_, n_past_);

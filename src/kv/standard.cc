@@ -61,6 +61,25 @@ std::vector<float> StandardEngine::decode_step(int32_t token) {
   return run(&token, 1);
 }
 
+void StandardEngine::decode_batch(Forward& runner, std::span<BatchStep> steps) {
+  std::vector<Forward::BatchItem> items(steps.size());
+  const int64_t H = runner.config().hidden;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    BatchStep& s = steps[i];
+    const std::string where = "standard decode_batch: step " + std::to_string(i);
+    if (s.engine == nullptr) throw Error(ErrorKind::InvalidArgument, where + " has no engine");
+    if (&s.engine->fwd_->model() != &runner.model())
+      throw Error(ErrorKind::InvalidArgument, where + "'s engine runs another model than the batch");
+    if (!s.engine->started_) throw Error(ErrorKind::InvariantViolation, where + ": decode_step before prefill");
+    check_context(s.engine->cache_.n_past() + 1, runner.config());
+    s.hidden.resize(static_cast<size_t>(H));
+    s.cancelled = false;
+    items[i] = Forward::BatchItem{s.token, &s.engine->cache_, s.hidden.data(), s.cancel};
+  }
+  runner.decode_batch(items);  // Error{InvalidArgument} for a repeated engine (a shared cache)
+  for (size_t i = 0; i < steps.size(); ++i) steps[i].cancelled = items[i].cancelled;
+}
+
 EngineInfo StandardEngine::info() const {
   return {"standard", "cpu", window_ > 0 ? "window=" + std::to_string(window_) + (sink_ ? "" : ",sink=0") : ""};
 }

@@ -1,7 +1,10 @@
 // The `standard` engine: K/V tensors per layer; the reference every other engine answers to.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "inference/forward.h"
 #include "inference/kv_cache.h"
@@ -39,6 +42,23 @@ class StandardEngine : public Engine {
   int64_t n_past() const override { return cache_.n_past(); }
   void save_state(const std::string& path) const override;
   void load_state(const std::string& path) override;
+
+  /// One standard engine's part in decode_batch.
+  struct BatchStep {
+    StandardEngine* engine = nullptr;
+    int32_t token = 0;
+    const std::atomic<bool>* cancel = nullptr;  ///< optional: drop this sequence from the step
+    std::vector<float> hidden;                  ///< out: [hidden], as decode_step returns it
+    bool cancelled = false;                     ///< out: dropped; the engine is as before the step
+  };
+  /// One decode step for several standard engines in one pass over the weights
+  /// (Forward::decode_batch on `runner`, whose scratch, FFNs and observer it uses). Each hidden
+  /// state is bit-identical to engine->decode_step(token). Which engines batch: `standard` (any
+  /// window, sink) only; the other engines decode one sequence at a time.
+  /// Errors (before any work): Error{InvariantViolation} for an engine not started,
+  /// Error{InvalidArgument} for a null or repeated engine or one on another model,
+  /// Error{ContextOverflow} for an engine whose context is full.
+  static void decode_batch(Forward& runner, std::span<BatchStep> steps);
 
  private:
   std::vector<float> run(const int32_t* tokens, int64_t n);

@@ -335,7 +335,7 @@ void TurboQuantEngine::layer_step(int64_t li, float* x, int64_t n, int64_t pos0)
       l.start = 0;
     }
   }
-  fwd_->finish_layer(li, attn_.data(), n, x);
+  fwd_->finish_layer(li, attn_.data(), n, x, pos0);
 }
 
 std::vector<float> TurboQuantEngine::run(const int32_t* tokens, int64_t n) {

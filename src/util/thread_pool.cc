@@ -1,6 +1,9 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <map>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -21,7 +24,32 @@ void chunk_of(int64_t n, int64_t grain, int parts, int index, int64_t* b, int64_
   *e = std::min(n, ue * grain);
 }
 
+// A job that throws has no one to catch it: workers would die or the caller would unwind past
+// a job the workers still run. Say so and terminate.
+void run_job(const std::function<void(int64_t, int64_t)>& fn, int64_t b, int64_t e) noexcept {
+  try {
+    fn(b, e);
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "larql: fatal: a ThreadPool job threw (jobs must not throw): %s\n", ex.what());
+    std::terminate();
+  } catch (...) {
+    std::fprintf(stderr, "larql: fatal: a ThreadPool job threw (jobs must not throw)\n");
+    std::terminate();
+  }
+}
+
 }  // namespace
+
+std::shared_ptr<ThreadPool> ThreadPool::shared(int n_threads) {
+  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  static std::mutex mu;
+  // Never destroyed: pools outlive every static that may still hold a Forward at exit.
+  static auto* pools = new std::map<int, std::shared_ptr<ThreadPool>>();
+  const std::lock_guard<std::mutex> lock(mu);
+  auto& p = (*pools)[n_threads];
+  if (!p) p = std::make_shared<ThreadPool>(n_threads);
+  return p;
+}
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -41,9 +69,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   if (n_threads_ == 1 || n <= grain) {
-    fn(0, n);
+    run_job(fn, 0, n);
     return;
   }
+  const std::lock_guard<std::mutex> lock(dispatch_);
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
@@ -52,7 +81,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   generation_.notify_all();
   int64_t b, e;
   chunk_of(n, grain, n_threads_, 0, &b, &e);
-  if (b < e) fn(b, e);
+  if (b < e) run_job(fn, b, e);
   // Spin briefly, then yield: on a loaded machine a descheduled worker must not cost us a
   // whole time slice of busy-waiting.
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
@@ -83,7 +112,7 @@ void ThreadPool::worker(int index) {
     if (stop_.load(std::memory_order_acquire)) return;
     int64_t b, e;
     chunk_of(job_n_, job_grain_, n_threads_, index, &b, &e);
-    if (b < e) (*job_)(b, e);
+    if (b < e) run_job(*job_, b, e);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -11,7 +13,14 @@ namespace larql {
 
 /// Runs `fn(begin, end)` over [0, n) split into contiguous chunks, one per thread, and waits.
 /// The calling thread takes part. Workers spin briefly between jobs (decode issues hundreds of
-/// small jobs per token), then sleep. Not re-entrant: do not call parallel_for from inside fn.
+/// small jobs per token), then sleep.
+///
+/// The process's executor: one pool per thread count (ThreadPool::shared), shared by every
+/// Forward and sequence. parallel_for may be called from several threads at once: calls are
+/// serialised by a mutex (one job runs at a time, each on all the pool's threads).
+/// Rules for `fn`: it must not throw (validate before dispatching; a job that throws anyway ends
+/// the process with std::terminate and a message on stderr, on any thread), and it must not call
+/// parallel_for on the same pool (that would deadlock on the dispatch mutex).
 class ThreadPool {
  public:
   /// n_threads <= 0 picks std::thread::hardware_concurrency().
@@ -22,6 +31,10 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
+  /// The process-wide pool of n_threads (n_threads <= 0: hardware threads), made on first use
+  /// and kept for the life of the process; the same object for the same resolved count.
+  static std::shared_ptr<ThreadPool> shared(int n_threads);
+
   /// Split [0, n) into size() chunks aligned to `grain` items (the last may be short).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
@@ -30,6 +43,7 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> threads_;
+  std::mutex dispatch_;  ///< one job at a time: held by parallel_for from dispatch to the join
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};

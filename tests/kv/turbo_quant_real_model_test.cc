@@ -177,7 +177,7 @@ TEST(TurboQuantRealModel, AgreementWithStandardMemoryAndSaveLoad) {
 }
 
 TEST(TurboQuantRealModel, ChunkingIsExactAndTeacherForcedQuality) {
-  // 600 tokens of real text (past the sliding window of 512 and Forward::kChunk): one prefill
+  // 600 tokens of real text (past the sliding window of 512 and the default chunk of 512): one prefill
   // (two chunks), a 300-token prefill then decode steps, and a decode of every token from BOS
   // leave bit-identical residuals. The token-by-token run is the honest quality measurement:
   // every position sees the quantised rows of all positions older than the exact window,

@@ -19,6 +19,11 @@ struct RefOptions {
   /// in window k = t / global_window sees [(k - 1) * global_window, t] (the previous window and
   /// its own) and, with `sink`, position 0. Sliding layers keep their own mask.
   int64_t global_window = 0;
+  /// >= 0: the FFN of this layer is replaced: its output (before the post-FFN norm) is
+  /// ffn_scale * W_down(...) + ffn_add (ffn_add empty: nothing added).
+  int64_t ffn_patch_layer = -1;
+  double ffn_scale = 1.0;
+  std::vector<double> ffn_add;
 };
 
 class ReferenceGemma3 {
@@ -143,6 +148,9 @@ class ReferenceGemma3 {
       std::vector<double> act(static_cast<size_t>(s_.ffn));
       for (int64_t i = 0; i < s_.ffn; ++i) act[i] = gelu(gate[i]) * up[i];
       auto d = matvec(L.w_down, act, H);
+      if (l == opt_.ffn_patch_layer) {
+        for (int64_t i = 0; i < H; ++i) d[i] = opt_.ffn_scale * d[i] + (opt_.ffn_add.empty() ? 0.0 : opt_.ffn_add[i]);
+      }
       d = rmsnorm(d, L.post_ffn_norm);
       for (int64_t i = 0; i < H; ++i) x[t][i] += d[i];
     }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -97,6 +98,48 @@ TEST(ThreadPool, ConstructAndDestroyRepeatedly) {
       EXPECT_EQ(c.load(), 10);
     }
   }
+}
+
+// The process's executor: one pool per thread count, the same object for every caller.
+TEST(ThreadPool, SharedIsOnePoolPerThreadCount) {
+  auto a = ThreadPool::shared(3), b = ThreadPool::shared(3), c = ThreadPool::shared(2);
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_NE(a.get(), c.get());
+  EXPECT_EQ(a->size(), 3);
+}
+
+// Several threads dispatching to one pool at once: every job still covers its range exactly
+// once (dispatch is serialised; before, two callers overwrote each other's job).
+TEST(ThreadPool, ConcurrentCallersEachGetTheirWholeJob) {
+  auto pool = ThreadPool::shared(2);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c)
+    callers.emplace_back([&, c] {
+      for (int rep = 0; rep < 300; ++rep) {
+        const int64_t n = 17 + c * 5 + rep % 7;
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        pool->parallel_for(n, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+        });
+        for (auto& h : hits)
+          if (h.load() != 1) bad.fetch_add(1);
+      }
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(ThreadPoolDeathTest, AThrowingJobTerminatesWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(2);
+        pool.parallel_for(64, [](int64_t b, int64_t) {
+          if (b > 0) throw std::runtime_error("boom");
+        });
+      },
+      "ThreadPool job threw \\(jobs must not throw\\): boom");
 }
 
 }  // namespace

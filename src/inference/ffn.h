@@ -1,0 +1,35 @@
+// The FFN of a layer behind an interface, chosen per layer (Forward::set_ffn): the model's dense
+// gated FFN by default; later a patched FFN, a gate-KNN walk, a remote one (docs/architecture.md
+// "Seams", "The layer as stages").
+#pragma once
+
+#include <cstdint>
+
+namespace larql {
+
+class Forward;
+
+/// The inner function of a layer's FFN block:
+///   out [n, hidden] = FFN_layer(h)   for the ffn-normed rows h [n, hidden]
+/// (Forward::ffn_block applies ffn_norm before and the post-FFN norm and residual add after).
+/// Rows are independent: row t of `out` must depend on row t of `h` alone (batch invariance,
+/// docs/architecture.md "Seams"). May run the forward's pool (`f.pool()`) and use its workspace's
+/// FFN buffers (`f.workspace().gate`, `up`, `acts`; `h` and `down` are this call's input and
+/// output); must not call back into Forward::forward, layer, finish_layer or ffn_block. One Ffn may be shared by several Forwards running on
+/// different threads: then it must keep no mutable state of its own (DenseFfn keeps none).
+/// Errors: may throw (an Error naming what failed); never from inside a pool job.
+class Ffn {
+ public:
+  virtual ~Ffn() = default;
+  virtual void run(Forward& f, int64_t layer, const float* h, int64_t n, float* out) = 0;
+};
+
+/// The model's own FFN (Gemma 3, HF modeling_gemma3.py Gemma3MLP):
+///   out = W_down · (act(W_gate · h) ⊙ (W_up · h)), act = GELU-tanh (or SiLU per the config).
+/// Stateless; what Forward uses for every layer unless set_ffn says otherwise.
+class DenseFfn final : public Ffn {
+ public:
+  void run(Forward& f, int64_t layer, const float* h, int64_t n, float* out) override;
+};
+
+}  // namespace larql
