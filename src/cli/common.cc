@@ -58,11 +58,12 @@ Loaded load(const std::string& model, int threads) {
 }
 
 std::string apply_model_chat_template(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
-  const auto format = detect_chat_template(tok.chat_template());
+  const auto format = chat_format_of(tok);
   if (!format)
     throw Error(ErrorKind::Unsupported,
                 std::string("this model's chat template (GGUF tokenizer.chat_template) is ") +
-                    (tok.chat_template().empty() ? "absent" : "not one larql recognises") +
+                    (tok.chat_template().empty() ? "absent and its vocabulary has no turn markers"
+                                                 : "not one larql recognises") +
                     "; larql applies the gemma, chatml, llama3 and llama2 formats (use `larql run` without --chat "
                     "and write the turn markup yourself)");
   return apply_chat_template(*format, messages, /*add_generation_prompt=*/true, tok.chat_template());

@@ -27,8 +27,8 @@ struct Loaded {
 /// Resolve, load and bind to `threads` threads (<= 0: all cores).
 Loaded load(const std::string& model, int threads);
 
-/// The conversation in the model's own chat format: detect_chat_template() of the vocabulary's
-/// tokenizer.chat_template. Error{Unsupported} naming the formats larql applies when the model
+/// The conversation in the model's own chat format (chat_format_of: the vocabulary's
+/// tokenizer.chat_template, else its turn-marker tokens). Error{Unsupported} naming the formats larql applies when the model
 /// has no template or one larql does not recognise.
 std::string apply_model_chat_template(const Tokenizer& tok, const std::vector<ChatMessage>& messages);
 

@@ -56,9 +56,7 @@ void run(const ShowArgs& a) {
     const Tokenizer tok(src.vocabulary());
     j["tokenizer"] = {{"vocab", tok.vocab_size()}, {"bos_id", tok.bos_id()}, {"eos_id", tok.eos_id()},
                       {"add_bos", tok.add_bos()}, {"eog_ids", eog_ids(tok)},
-                      {"chat_format", detect_chat_template(tok.chat_template())
-                                          ? chat_format_name(*detect_chat_template(tok.chat_template()))
-                                          : ""}};
+                      {"chat_format", chat_format_of(tok) ? chat_format_name(*chat_format_of(tok)) : ""}};
     nlohmann::json meta = nlohmann::json::object();
     for (const MetadataEntry& e : src.metadata()) meta[e.key] = {{"type", e.type}, {"value", e.value}};
     j["metadata"] = meta;

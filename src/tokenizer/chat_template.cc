@@ -42,6 +42,15 @@ std::optional<ChatFormat> detect_chat_template(std::string_view t) {
   return std::nullopt;
 }
 
+std::optional<ChatFormat> chat_format_of(const Tokenizer& tok) {
+  if (!tok.chat_template().empty()) return detect_chat_template(tok.chat_template());
+  for (const auto& [marker, format] : {std::pair{"<start_of_turn>", ChatFormat::Gemma},
+                                       {"<|im_start|>", ChatFormat::ChatML},
+                                       {"<|start_header_id|>", ChatFormat::Llama3}})
+    if (tok.find_token(marker)) return format;
+  return std::nullopt;
+}
+
 const char* chat_format_name(ChatFormat f) {
   switch (f) {
     case ChatFormat::Gemma: return "gemma";
@@ -79,15 +88,18 @@ std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& me
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
     case ChatFormat::Llama2: {
-      const bool sys_block = contains(jinja, "<<SYS>>");
+      // llama.cpp's LLAMA_2 variants, chosen by what the Jinja source mentions.
+      const bool strip = contains(jinja, "content.strip()");
+      const bool bos_inside = !strip && contains(jinja, "bos_token + '[INST]");
+      const bool sys_block = strip || bos_inside || contains(jinja, "<<SYS>>");
       bool inside_turn = true;  // the first [INST] follows the BOS that encode() adds
       out += "[INST] ";
       for (size_t i = 0; i < messages.size(); ++i) {
         const std::string_view role = role_of(messages[i], i);
-        const std::string_view content = trim(messages[i].content);
+        const std::string_view content = strip ? trim(messages[i].content) : std::string_view(messages[i].content);
         if (!inside_turn) {
           inside_turn = true;
-          out += "[INST] ";
+          out += bos_inside ? "<s>[INST] " : "[INST] ";
         }
         if (role == "system") {
           out += sys_block ? "<<SYS>>\n" : "";

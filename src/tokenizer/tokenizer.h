@@ -168,15 +168,25 @@ enum class ChatFormat { Gemma, ChatML, Llama3, Llama2 };
 std::optional<ChatFormat> detect_chat_template(std::string_view jinja);
 const char* chat_format_name(ChatFormat f);
 
+/// A model's chat format: detect_chat_template(tok.chat_template()); when the vocabulary has no
+/// template (tokenizer.chat_template absent, as in some GGUF conversions of Gemma 3), the first
+/// turn-marker token the vocabulary holds: `<start_of_turn>` -> Gemma, `<|im_start|>` -> ChatML,
+/// `<|start_header_id|>` -> Llama3. nullopt when neither names a format.
+std::optional<ChatFormat> chat_format_of(const Tokenizer& tok);
+
 /// Apply a chat format to a conversation (without the BOS: encode(add_bos = true) adds it).
 /// Gemma: apply_gemma_chat_template. The others as llama.cpp's llm_chat_apply_template:
 ///   ChatML: `<|im_start|>{role}\n{content}<|im_end|>\n` per message; generation prompt
 ///           `<|im_start|>assistant\n`;
 ///   Llama3: `<|start_header_id|>{role}<|end_header_id|>\n\n{content | trim}<|eot_id|>`;
 ///           generation prompt `<|start_header_id|>assistant<|end_header_id|>\n\n`;
-///   Llama2: `[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]{assistant}</s>[INST] ...`
-///           (contents trimmed; the `<<SYS>>` block only when `jinja` mentions `<<SYS>>`,
-///           otherwise the system text and "\n" open the first user turn).
+///   Llama2: `[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]{assistant}</s>[INST] ...`;
+///           as llama.cpp's variants: contents trimmed only when `jinja` mentions
+///           `content.strip()`; `<s>[INST] ` after an answer when it mentions
+///           `bos_token + '[INST]'` (and does not strip); the `<<SYS>>` block when either of
+///           those or `<<SYS>>` appears, otherwise the system text and "\n" open the first turn.
+/// Roles: "model" is written as "assistant" (llama.cpp writes roles verbatim; the templates
+/// themselves name the answer "assistant").
 /// Errors: InvalidArgument from the Gemma template's checks; for the others a role outside
 /// system / user / assistant ("model" is taken as assistant).
 std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
