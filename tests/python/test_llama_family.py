@@ -47,7 +47,8 @@ def vocabulary():
     return tokens, scores, types
 
 
-def write_llama(path, *, biases: bool, tied: bool, dtype=np.float32, zero_biases=False, seed=7):
+def write_llama(path, *, biases: bool, tied: bool, dtype=np.float32, zero_biases=False, seed=7,
+                rope_dims=HEAD_DIM, chat_template=None):
     rng = np.random.default_rng(seed)
     tokens, scores, types = vocabulary()
     V = len(tokens)
@@ -59,7 +60,9 @@ def write_llama(path, *, biases: bool, tied: bool, dtype=np.float32, zero_biases
     w.add_feed_forward_length(FFN)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
-    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_dimension_count(rope_dims)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_tokenizer_model("llama")
@@ -182,3 +185,31 @@ def test_neox_pairing_would_fail(scored, tmp_path):
     ids = scored["ids"]
     d = peer.compare_logits(llama_scores(plain, ids, False), llama_scores(perm, ids, False), ids).summary()
     assert d["kl_mean"] > 10 * SANITY_KL, d
+
+
+def test_partial_rotary_is_refused(larql_bin, tmp_path):
+    path = write_llama(tmp_path / "partial.gguf", biases=False, tied=True, rope_dims=HEAD_DIM // 2)
+    proc = peer.run_larql(["show", path], check=False)
+    assert proc.returncode != 0
+    assert "llama.rope.dimension_count = 8" in proc.stderr and "partial rotary" in proc.stderr, proc.stderr
+
+
+def test_chat_uses_the_models_template(larql_bin, llama_cpp_mod, tmp_path):
+    """`run --chat` on a model whose template is Llama 2's: the prompt ids are llama.cpp's
+    tokenization of llama.cpp's own llama_chat_apply_template output (with BOS)."""
+    import ctypes
+    tmpl = "{{ bos_token + '[INST] ' + message['content'].strip() + ' [/INST]' }}"
+    path = write_llama(tmp_path / "chat.gguf", biases=True, tied=False, chat_template=tmpl)
+    out = peer.larql_generate(" the  cat ", 2, model=path, chat=True)
+    msg = (llama_cpp_mod.llama_chat_message * 1)(
+        llama_cpp_mod.llama_chat_message(role=b"user", content=b" the  cat "))
+    buf = ctypes.create_string_buffer(1024)
+    n = llama_cpp_mod.llama_chat_apply_template(tmpl.encode(), msg, 1, True, buf, len(buf))
+    text = buf.raw[:n].decode()
+    assert text == "[INST] the  cat [/INST]", text  # llama.cpp strips (the template says content.strip())
+    llm = peer.load_llama(n_ctx=CTX, model=path)
+    assert out["prompt_ids"] == peer.llama_tokenize(llm, text, special=True)
+    # Without a template (and no turn markers in this vocabulary) chat is refused clearly.
+    bare = write_llama(tmp_path / "bare.gguf", biases=False, tied=True)
+    proc = peer.run_larql(["run", bare, "hi", "--chat", "-n", "1"], check=False)
+    assert proc.returncode != 0 and "chat template" in proc.stderr, proc.stderr
