@@ -24,7 +24,7 @@ LAYERS = {
     "lql": ["util"],
     "quant": ["util"],
     "compute": ["quant"],
-    "model": ["compute", "formats"],
+    "model": ["compute", "formats", "tokenizer"],
     "tokenizer": ["formats"],
     "inference": ["model"],
     "boundary": ["util"],

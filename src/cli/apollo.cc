@@ -35,7 +35,7 @@ void build(const BuildArgs& a) {
   const auto model = Model::load(model_path);
   register_input(model_path, "the model");
   check_output_path(a.out, "-o");  // the store is written through an AtomicWriter, refusing inputs
-  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  const Tokenizer tok = Tokenizer(model->source().vocabulary());
   const auto doc = tok.encode(text, false, false);
   const ApolloStore s = build_apollo_store(doc, tok, model->fingerprint(), a.window, a.stride);
   if (s.entries.empty())

@@ -18,7 +18,6 @@
 #include "cli/progress.h"
 #include "compute/logits.h"
 #include "compute/roofline.h"
-#include "formats/gguf.h"
 #include "kv/registry.h"
 #include "kv/standard.h"
 #include "util/error.h"
@@ -244,7 +243,7 @@ void run(const BenchArgs& a) {
   if (a.json) {
     nlohmann::json out = {{"model", l.model->path()}, {"prompt_tokens", a.prompt_tokens},
                           {"decode_tokens", steps}, {"threads", l.forward->pool().size()},
-                          {"peak_rss_bytes", peak_rss}, {"model_bytes", l.model->file().file_size()}};
+                          {"peak_rss_bytes", peak_rss}, {"model_bytes", l.model->source().byte_size()}};
     if (a.roofline) out["roofline"] = roof;
     nlohmann::json list = nlohmann::json::array();
     for (const Row& r : rows) {
@@ -284,7 +283,7 @@ void run(const BenchArgs& a) {
                 r.mean_kl, 100 * r.top1);
   }
   std::printf("peak RSS %.1f MiB (model file %.1f MiB)\n", peak_rss / 1048576.0,
-              l.model->file().file_size() / 1048576.0);
+              l.model->source().byte_size() / 1048576.0);
   if (a.roofline) {
     const double bw = roof["read_bytes_per_s"], bytes = roof["decode_bytes_per_token"];
     const double peak = roof["int8_ops_per_s"], ops = roof["prefill_ops_per_token"];

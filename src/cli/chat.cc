@@ -65,7 +65,7 @@ void run(ChatArgs& a) {
     history.push_back({"user", line});
     // Re-encode the whole conversation: simple and exact (the engine re-prefills it).
     session.restart();
-    const std::string prompt = apply_gemma_chat_template(history, true);
+    const std::string prompt = apply_model_chat_template(l.tokenizer, history);
     const auto ids = session.encode(prompt);
     if (static_cast<int64_t>(ids.size()) >= ctx) {
       history.pop_back();

@@ -13,7 +13,6 @@
 #include <random>
 #include <thread>
 
-#include "formats/gguf.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -53,9 +52,21 @@ Loaded load(const std::string& model, int threads) {
                  cores);
   auto m = Model::load(path);
   register_input(path, "the model");
-  Tokenizer tok = Tokenizer::from_gguf(m->file());
+  Tokenizer tok(m->source().vocabulary());
   auto fwd = std::make_shared<Forward>(m, threads);
   return Loaded{m, fwd, tok};
+}
+
+std::string apply_model_chat_template(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {
+  const auto format = chat_format_of(tok);
+  if (!format)
+    throw Error(ErrorKind::Unsupported,
+                std::string("this model's chat template (GGUF tokenizer.chat_template) is ") +
+                    (tok.chat_template().empty() ? "absent and its vocabulary has no turn markers"
+                                                 : "not one larql recognises") +
+                    "; larql applies the gemma, chatml, llama3 and llama2 formats (use `larql run` without --chat "
+                    "and write the turn markup yourself)");
+  return apply_chat_template(*format, messages, /*add_generation_prompt=*/true, tok.chat_template());
 }
 
 namespace {

@@ -27,6 +27,11 @@ struct Loaded {
 /// Resolve, load and bind to `threads` threads (<= 0: all cores).
 Loaded load(const std::string& model, int threads);
 
+/// The conversation in the model's own chat format (chat_format_of: the vocabulary's
+/// tokenizer.chat_template, else its turn-marker tokens). Error{Unsupported} naming the formats larql applies when the model
+/// has no template or one larql does not recognise.
+std::string apply_model_chat_template(const Tokenizer& tok, const std::vector<ChatMessage>& messages);
+
 /// Adds -t/--threads (1..1024; unset = all cores). More threads than cores is allowed but
 /// warned about when the model loads (it runs many times slower).
 void add_threads_flag(CLI::App* app, int& threads);

@@ -77,7 +77,7 @@ void run(RunArgs& a) {
   if (a.ctx_size > model_ctx)
     throw Error(ErrorKind::Usage, "--ctx-size must be an integer in " + int_range_text(1, model_ctx) +
                                       " (this model's context), got '" + std::to_string(a.ctx_size) + "'");
-  if (a.chat) prompt = apply_gemma_chat_template({{"user", prompt}}, true);
+  if (a.chat) prompt = apply_model_chat_template(l.tokenizer, {{"user", prompt}});
   SessionOptions so;
   so.context = a.ctx_size;
   so.resume = a.resume;

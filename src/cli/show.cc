@@ -1,18 +1,17 @@
-// `larql show MODEL`: architecture, metadata and the tensor table.
+// `larql show MODEL`: architecture, metadata and the tensor table, from the model's weight source.
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 #include "kv/generate.h"
-#include "formats/gguf.h"
 
 namespace larql::cli {
 namespace {
 
 struct ShowArgs {
   std::string model;
-  bool json = false, tensors = false;
+  bool json = false, tensors = false, metadata = false;
 };
 
 std::string dims_str(const std::vector<uint64_t>& d) {
@@ -24,10 +23,11 @@ std::string dims_str(const std::vector<uint64_t>& d) {
 void run(const ShowArgs& a) {
   auto m = Model::load(resolve_model(a.model));
   const ModelConfig& c = m->config();
-  const GgufFile& f = m->file();
+  const WeightSource& src = m->source();
+  const std::vector<SourceTensor> tensors = src.tensors();
   std::map<std::string, std::pair<size_t, size_t>> by_type;  // dtype -> (count, bytes)
   size_t total = 0;
-  for (const auto& t : f.tensors()) {
+  for (const auto& t : tensors) {
     auto& e = by_type[dtype_name(t.type)];
     e.first++;
     e.second += t.nbytes;
@@ -46,21 +46,29 @@ void run(const ShowArgs& a) {
                         {"tensor_bytes", total}, {"fingerprint", m->fingerprint()}};
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& l : c.layers)
-      layers.push_back({{"sliding", l.sliding}, {"window", l.window}, {"rope_base", l.rope_base},
+      layers.push_back({{"sliding", l.sliding}, {"window", l.window},
+                        {"rope_form", l.rope_form == RopeForm::NeoX ? "neox" : "adjacent"}, {"rope_base", l.rope_base},
                         {"rope_freq_scale", l.rope_freq_scale}});
     j["layer_configs"] = layers;
-    const Tokenizer tok = Tokenizer::from_gguf(f);
+    j["format"] = src.format();
+    j["source_bytes"] = src.byte_size();
+    j["qkv_bias"] = c.qkv_bias;
+    const Tokenizer tok(src.vocabulary());
     j["tokenizer"] = {{"vocab", tok.vocab_size()}, {"bos_id", tok.bos_id()}, {"eos_id", tok.eos_id()},
-                      {"add_bos", tok.add_bos()}, {"eog_ids", eog_ids(tok)}};
+                      {"add_bos", tok.add_bos()}, {"eog_ids", eog_ids(tok)},
+                      {"chat_format", chat_format_of(tok) ? chat_format_name(*chat_format_of(tok)) : ""}};
+    nlohmann::json meta = nlohmann::json::object();
+    for (const MetadataEntry& e : src.metadata()) meta[e.key] = {{"type", e.type}, {"value", e.value}};
+    j["metadata"] = meta;
     nlohmann::json ts = nlohmann::json::array();
-    for (const auto& t : f.tensors())
+    for (const auto& t : tensors)
       ts.push_back({{"name", t.name}, {"type", dtype_name(t.type)}, {"dims", t.dims}, {"bytes", t.nbytes}});
     j["tensors"] = ts;
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
   std::printf("model          %s\n", m->path().c_str());
-  std::printf("name           %s (%s, GGUF v%u)\n", c.name.c_str(), c.arch.c_str(), f.version());
+  std::printf("name           %s (%s, %s)\n", c.name.c_str(), c.arch.c_str(), src.format().c_str());
   std::printf("layers         %lld (global: %s; others slide over %lld tokens)\n", (long long)c.n_layers,
               globals.c_str(), (long long)(c.layers.empty() ? 0 : c.layers[0].window));
   std::printf("hidden / ffn   %lld / %lld\n", (long long)c.hidden, (long long)c.ffn);
@@ -70,13 +78,26 @@ void run(const ShowArgs& a) {
               c.layers.empty() ? 0.0 : c.layers.front().rope_base);
   std::printf("vocab          %lld   context %lld   rms eps %g\n", (long long)c.vocab, (long long)c.context_length,
               c.norm_eps);
+  std::printf("rope           %s pairs%s\n", !c.layers.empty() && c.layers[0].rope_form == RopeForm::Adjacent ? "adjacent" : "NeoX (split-half)",
+              c.qkv_bias ? "; Q/K/V biases" : "");
   std::printf("lm_head        %s\n", c.tied_embeddings ? "tied to token_embd" : "output.weight");
-  std::printf("tensors        %zu, %.1f MiB\n", f.tensors().size(), total / 1048576.0);
+  std::printf("tensors        %zu, %.1f MiB\n", tensors.size(), total / 1048576.0);
   for (const auto& [t, e] : by_type)
     std::printf("  %-6s %4zu tensors  %8.1f MiB\n", t.c_str(), e.first, e.second / 1048576.0);
+  std::printf("fingerprint    %s\n", m->fingerprint().c_str());
+  if (a.metadata) {
+    std::printf("\n%-48s %-18s %s\n", "key", "type", "value");
+    for (const MetadataEntry& e : src.metadata()) {
+      // One line each: long values (the chat template) are cut, newlines shown as \n.
+      std::string v;
+      for (char ch : e.value) v += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+      if (v.size() > 100) v = v.substr(0, 97) + "...";
+      std::printf("%-48s %-18s %s\n", e.key.c_str(), e.type.c_str(), v.c_str());
+    }
+  }
   if (a.tensors) {
     std::printf("\n%-36s %-6s %-18s %10s\n", "name", "type", "dims", "bytes");
-    for (const auto& t : f.tensors())
+    for (const auto& t : tensors)
       std::printf("%-36s %-6s %-18s %10zu\n", t.name.c_str(), dtype_name(t.type), dims_str(t.dims).c_str(), t.nbytes);
   }
 }
@@ -88,6 +109,7 @@ void register_show(CLI::App& app) {
   CLI::App* s = app.add_subcommand("show", "print a model's architecture, dtypes and tensors");
   s->add_option("model", a->model, "GGUF path or a name in models/")->required();
   s->add_flag("--tensors", a->tensors, "list every tensor");
+  s->add_flag("--metadata", a->metadata, "list every metadata key and value");
   s->add_flag("--json", a->json, "machine-readable output (includes every tensor)");
   s->callback([a] { run(*a); });
 }

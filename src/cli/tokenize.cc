@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
-#include "formats/gguf.h"
+#include "model/gguf_source.h"
 
 namespace larql::cli {
 namespace {
@@ -14,8 +14,7 @@ struct TokArgs {
 };
 
 void run(const TokArgs& a) {
-  auto file = GgufFile::open(resolve_model(a.model));
-  Tokenizer tok = Tokenizer::from_gguf(*file);
+  Tokenizer tok(GgufSource::open(resolve_model(a.model))->vocabulary());
   const auto ids = tok.encode(a.text, !a.no_bos && tok.add_bos(), !a.no_special);
   if (a.json) {
     nlohmann::json pieces = nlohmann::json::array();

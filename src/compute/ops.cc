@@ -85,6 +85,32 @@ void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double 
   }
 }
 
+void add_bias_rows(float* x, const float* b, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) x[r * n + i] += b[i];
+}
+
+void rope_adjacent(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale) {
+  const int64_t half = head_dim / 2;
+  const float* cs = rope_table_row(pos, head_dim, base, freq_scale);
+  std::vector<float> own;
+  if (cs == nullptr) {
+    own.resize(static_cast<size_t>(head_dim));
+    rope_angles(pos, head_dim, base, freq_scale, own.data());
+    cs = own.data();
+  }
+  const float* c = cs;
+  const float* s = cs + half;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = a * c[i] - b * s[i];
+      v[2 * i + 1] = a * s[i] + b * c[i];
+    }
+  }
+}
+
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
   const SimdKernels& k = simd_kernels();

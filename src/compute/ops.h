@@ -28,6 +28,16 @@ void rmsnorm_rows(float* x, const float* w, int64_t rows, int64_t n, float eps);
 void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base,
                double freq_scale);
 
+/// x[r * n + i] += b[i] for r in [0, rows), i in [0, n): a bias added to each row.
+void add_bias_rows(float* x, const float* b, int64_t rows, int64_t n);
+
+/// Rotary position embedding, adjacent-pair form (dimension 2i rotates with 2i + 1), as in Su et
+/// al. 2021 eq. 34 and Meta's Llama reference (complex pairs), llama.cpp's LLAMA_ROPE_TYPE_NORM.
+/// Same angles as rope_neox: theta_i = (pos * freq_scale) * base^(-2i/head_dim), and the same
+/// per-thread table. In place on `n_heads` heads of `head_dim` (even) values:
+///   x'[2i] = x[2i] cos theta_i - x[2i+1] sin theta_i;  x'[2i+1] = x[2i] sin theta_i + x[2i+1] cos theta_i.
+void rope_adjacent(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale);
+
 /// Numerically stable softmax in place over n values (max subtracted; exp by the SIMD Cephes
 /// polynomial, ~1 ulp; sum in double, in a fixed order for a given n).
 void softmax(float* x, int64_t n);

@@ -92,10 +92,16 @@ void Forward::project_kv(int64_t li, int64_t n, int64_t pos0, const int64_t* pos
   } else {
     compute::matmul_many(*pool_, ws_.acts, {{w.wk, k}, {w.wv, v}});
   }
+  if (c.qkv_bias) {  // added after the projection (llama.cpp llm_build_llama / qwen2)
+    compute::add_bias_rows(k, w.bk.data(), n, c.kv_dim());
+    compute::add_bias_rows(v, w.bv.data(), n, c.kv_dim());
+    if (q != nullptr) compute::add_bias_rows(q, w.bq.data(), n, c.q_dim());
+  }
   for (int64_t t = 0; t < n; ++t) {
     float* kt = k + t * c.kv_dim();
     if (c.qk_norm) compute::rmsnorm_rows(kt, w.k_norm.data(), c.n_kv_heads, c.head_dim, c.norm_eps);
-    compute::rope_neox(kt, c.n_kv_heads, c.head_dim, pos ? pos[t] : pos0 + t, lc.rope_base, lc.rope_freq_scale);
+    (lc.rope_form == RopeForm::Adjacent ? compute::rope_adjacent : compute::rope_neox)(
+        kt, c.n_kv_heads, c.head_dim, pos ? pos[t] : pos0 + t, lc.rope_base, lc.rope_freq_scale);
   }
 }
 
@@ -110,7 +116,8 @@ void Forward::qkv_impl(int64_t li, const float* x, int64_t n, int64_t pos0, cons
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q + t * c.q_dim();
     if (c.qk_norm) compute::rmsnorm_rows(qt, w.q_norm.data(), c.n_heads, c.head_dim, c.norm_eps);
-    compute::rope_neox(qt, c.n_heads, c.head_dim, pos ? pos[t] : pos0 + t, lc.rope_base, lc.rope_freq_scale);
+    (lc.rope_form == RopeForm::Adjacent ? compute::rope_adjacent : compute::rope_neox)(
+        qt, c.n_heads, c.head_dim, pos ? pos[t] : pos0 + t, lc.rope_base, lc.rope_freq_scale);
   }
 }
 

@@ -29,6 +29,7 @@ size_t held_suffix(const std::string& text, const std::vector<std::string>& stop
 std::vector<int32_t> eog_ids(const Tokenizer& tok) {
   std::vector<int32_t> ids;
   if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
+  if (tok.eot_id() >= 0 && tok.eot_id() != tok.eos_id()) ids.push_back(tok.eot_id());
   for (const char* name : {"<end_of_turn>", "</s>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>", "<|eom_id|>",
                            "<EOT>"})
     if (auto id = tok.find_token(name); id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);

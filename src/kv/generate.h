@@ -54,7 +54,8 @@ struct GenerateResult {
   double decode_tok_s() const { return decode_seconds > 0 ? decoded / decode_seconds : 0; }
 };
 
-/// End-of-generation ids of a vocabulary: <eos> and every token whose text llama.cpp treats as
+/// End-of-generation ids of a vocabulary: <eos>, the metadata's end-of-turn id
+/// (tokenizer.ggml.eot_token_id) and every token whose text llama.cpp treats as
 /// end of generation where present (<end_of_turn>, </s>, <|eot_id|>, <|im_end|>, <|end|>,
 /// <|endoftext|>, <|eom_id|>, <EOT>) — for Gemma 3: 1, 106 and 212, as llama.cpp's
 /// llama_vocab_is_eog() reports.

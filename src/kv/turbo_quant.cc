@@ -6,7 +6,6 @@
 #include <optional>
 
 #include "compute/ops.h"
-#include "formats/gguf.h"
 #include "kv/state_file.h"
 #include "util/error.h"
 #include "util/profile.h"
@@ -130,9 +129,8 @@ void TurboQuantEngine::init_key_transform() {
     }
   }
   // The centre: K of BOS at position 0, from one exact forward step.
-  const auto bos = fwd_->model().file().get_uint("tokenizer.ggml.bos_token_id");
-  if (!bos || *bos >= static_cast<uint64_t>(c.vocab)) return;
-  const auto tok = static_cast<int32_t>(*bos);
+  const int32_t tok = fwd_->model().source().special_tokens().bos;
+  if (tok < 0 || tok >= c.vocab) return;
   KvCache cache(c);
   std::vector<float> x(static_cast<size_t>(c.hidden));
   fwd_->forward(&tok, 1, cache, x.data());

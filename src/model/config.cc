@@ -1,12 +1,15 @@
-// config_from_gguf: dispatch on the architecture, then the one validation of the result.
+// config_from_gguf: dispatch on the architecture to its family file, then the one validation of
+// the result.
 #include "model/config.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 #include "formats/gguf.h"
+#include "model/family.h"
 #include "util/error.h"
 
 namespace larql {
@@ -134,8 +137,42 @@ class Validator {
 
 }  // namespace
 
+std::optional<int64_t> read_count(const GgufFile& f, const std::string& key) {
+  const auto v = f.get_uint(key);
+  if (!v) return std::nullopt;
+  if (*v > static_cast<uint64_t>(kMaxCount))
+    throw Error(ErrorKind::Format, f.path() + ": " + key + " = " + std::to_string(*v) + " is outside [1, " +
+                                       std::to_string(kMaxCount) + "]");
+  return static_cast<int64_t>(*v);
+}
+
+int64_t require_count(const GgufFile& f, const std::string& key) {
+  const auto v = read_count(f, key);
+  if (!v) throw Error(ErrorKind::Format, f.path() + ": required metadata key " + key + " is missing");
+  return *v;
+}
+
+std::string llama_cpp_tensor_name(const char* suffix, int64_t layer) {
+  return layer >= 0 ? "blk." + std::to_string(layer) + "." + suffix : std::string(suffix);
+}
+
+const std::vector<const GgufFamily*>& gguf_families() {
+  static const std::vector<const GgufFamily*> kFamilies = {&gemma3_family(), &llama_family()};
+  return kFamilies;
+}
+
+const GgufFamily* find_gguf_family(std::string_view arch) {
+  for (const GgufFamily* f : gguf_families())
+    if (arch == f->arch) return f;
+  return nullptr;
+}
+
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> kArchs = {"gemma3"};
+  static const std::vector<std::string> kArchs = [] {
+    std::vector<std::string> v;
+    for (const GgufFamily* f : gguf_families()) v.emplace_back(f->arch);
+    return v;
+  }();
   return kArchs;
 }
 
@@ -144,8 +181,8 @@ void validate_config(const ModelConfig& config, const GgufFile& file) { Validato
 ModelConfig config_from_gguf(const GgufFile& file) {
   const auto arch = file.get_string("general.architecture");
   if (!arch) throw Error(ErrorKind::Format, file.path() + ": metadata key general.architecture is missing");
-  if (*arch == "gemma3") {
-    ModelConfig c = gemma3_config_from_gguf(file);
+  if (const GgufFamily* fam = find_gguf_family(*arch)) {
+    ModelConfig c = fam->config(file);
     validate_config(c, file);
     return c;
   }

@@ -11,18 +11,24 @@ class GgufFile;
 
 enum class Activation { GeluTanh, Silu };
 
-/// Per-layer attention shape: which layers slide, their window, RoPE base and scaling.
+/// How RoPE pairs a head's dimensions (compute/ops.h): NeoX rotates i with i + head_dim/2
+/// (Gemma, Qwen, GPT-NeoX; llama.cpp LLAMA_ROPE_TYPE_NEOX); Adjacent rotates 2i with 2i + 1
+/// (Llama; llama.cpp LLAMA_ROPE_TYPE_NORM).
+enum class RopeForm { NeoX, Adjacent };
+
+/// Per-layer attention shape: which layers slide, their window, RoPE form, base and scaling.
 struct LayerConfig {
   bool sliding = false;      ///< attends only to the last `window` positions (self included)
   int64_t window = 0;        ///< tokens; 0 when !sliding
   double rope_base = 10000;  ///< RoPE theta base for this layer
   double rope_freq_scale = 1.0;  ///< 1 / linear RoPE scaling factor (1 = none)
+  RopeForm rope_form = RopeForm::NeoX;  ///< (last, so {sliding, window, base, scale} still initialises)
 };
 
 /// A model's architecture, read from GGUF metadata (or config.json later). One config drives
 /// the single forward pass; a family file only fills this in and maps tensor names.
 struct ModelConfig {
-  std::string arch;          ///< "gemma3"
+  std::string arch;          ///< "gemma3", "llama"
   std::string name;          ///< general.name
   int64_t n_layers = 0;
   int64_t hidden = 0;        ///< embedding length
@@ -41,6 +47,7 @@ struct ModelConfig {
   bool post_norms = false;   ///< Gemma's post-attention / post-FFN RMSNorms
   bool qk_norm = false;      ///< per-head RMSNorm on q and k
   bool tied_embeddings = true;  ///< lm_head is token_embd
+  bool qkv_bias = false;     ///< Q/K/V projections have biases (added after the projection)
   std::vector<LayerConfig> layers;
 
   int64_t q_dim() const { return n_heads * head_dim; }
@@ -67,6 +74,7 @@ inline constexpr const char* kRopeFreqBase = "rope.freq_base";          ///< glo
 inline constexpr const char* kRopeFreqBaseSwa = "rope.freq_base_swa";   ///< sliding layers
 inline constexpr const char* kRopeScalingFactor = "rope.scaling.factor";
 inline constexpr const char* kRopeScalingType = "rope.scaling.type";
+inline constexpr const char* kRopeDimensionCount = "rope.dimension_count";
 inline constexpr const char* kTokens = "tokenizer.ggml.tokens";  ///< no prefix: the vocabulary
 }  // namespace config_keys
 
@@ -104,5 +112,7 @@ void validate_config(const ModelConfig& config, const GgufFile& file);
 
 /// Gemma 3 (src/model/gemma3.cc); not validated (config_from_gguf does that).
 ModelConfig gemma3_config_from_gguf(const GgufFile& file);
+/// Llama (src/model/llama.cc); not validated (config_from_gguf does that).
+ModelConfig llama_config_from_gguf(const GgufFile& file);
 
 }  // namespace larql

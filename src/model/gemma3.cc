@@ -1,4 +1,5 @@
-// Gemma 3: config from GGUF metadata plus the family defaults the GGUF does not carry.
+// Gemma 3's family file: config from GGUF metadata plus the family defaults the GGUF does not
+// carry, and llama.cpp's tensor names.
 //
 // Sources for the defaults (checked against google/gemma-3-270m and gemma-3-4b-it config.json,
 // and llama.cpp's llama-model.cpp LLM_ARCH_GEMMA3 loader):
@@ -14,6 +15,7 @@
 
 #include "formats/gguf.h"
 #include "model/config.h"
+#include "model/family.h"
 #include "util/error.h"
 
 namespace larql {
@@ -21,21 +23,30 @@ namespace {
 
 namespace k = config_keys;
 
-// A count from metadata: nullopt if absent; Error{Format} naming the key above kMaxCount (so it
-// fits int64 and nothing is sized by it before validate_config checks its real range).
-std::optional<int64_t> read_count(const GgufFile& f, const std::string& key) {
-  const auto v = f.get_uint(key);
-  if (!v) return std::nullopt;
-  if (*v > static_cast<uint64_t>(kMaxCount))
-    throw Error(ErrorKind::Format, f.path() + ": " + key + " = " + std::to_string(*v) + " is outside [1, " +
-                                       std::to_string(kMaxCount) + "]");
-  return static_cast<int64_t>(*v);
-}
-
-int64_t require_count(const GgufFile& f, const std::string& key) {
-  const auto v = read_count(f, key);
-  if (!v) throw Error(ErrorKind::Format, f.path() + ": required metadata key " + key + " is missing");
-  return *v;
+std::string gemma3_tensor_name(TensorRole role, int64_t layer) {
+  const char* suffix = "";
+  switch (role) {
+    case TensorRole::TokenEmbd: suffix = "token_embd.weight"; break;
+    case TensorRole::Output: suffix = "output.weight"; break;
+    case TensorRole::OutputNorm: suffix = "output_norm.weight"; break;
+    case TensorRole::AttnNorm: suffix = "attn_norm.weight"; break;
+    case TensorRole::AttnQ: suffix = "attn_q.weight"; break;
+    case TensorRole::AttnK: suffix = "attn_k.weight"; break;
+    case TensorRole::AttnV: suffix = "attn_v.weight"; break;
+    case TensorRole::AttnQNorm: suffix = "attn_q_norm.weight"; break;
+    case TensorRole::AttnKNorm: suffix = "attn_k_norm.weight"; break;
+    case TensorRole::AttnOutput: suffix = "attn_output.weight"; break;
+    case TensorRole::PostAttnNorm: suffix = "post_attention_norm.weight"; break;
+    case TensorRole::FfnNorm: suffix = "ffn_norm.weight"; break;
+    case TensorRole::FfnGate: suffix = "ffn_gate.weight"; break;
+    case TensorRole::FfnUp: suffix = "ffn_up.weight"; break;
+    case TensorRole::FfnDown: suffix = "ffn_down.weight"; break;
+    case TensorRole::PostFfnNorm: suffix = "post_ffw_norm.weight"; break;
+    case TensorRole::AttnQBias:
+    case TensorRole::AttnKBias:
+    case TensorRole::AttnVBias: return "";  // Gemma has no attention biases
+  }
+  return llama_cpp_tensor_name(suffix, layer);
 }
 
 }  // namespace
@@ -71,6 +82,7 @@ ModelConfig gemma3_config_from_gguf(const GgufFile& f) {
   c.post_norms = true;
   c.qk_norm = true;
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.qkv_bias = false;
 
   const double global_base = f.get_float(p + k::kRopeFreqBase).value_or(1000000.0);
   const double local_base = f.get_float(p + k::kRopeFreqBaseSwa).value_or(10000.0);
@@ -92,10 +104,16 @@ ModelConfig gemma3_config_from_gguf(const GgufFile& f) {
     LayerConfig& l = c.layers[static_cast<size_t>(i)];
     l.sliding = (i + 1) % kPattern != 0;
     l.window = l.sliding ? window : 0;
+    l.rope_form = RopeForm::NeoX;  // llama.cpp: LLM_ARCH_GEMMA3 -> LLAMA_ROPE_TYPE_NEOX
     l.rope_base = l.sliding ? local_base : global_base;
     l.rope_freq_scale = l.sliding ? 1.0 : 1.0 / scaling;
   }
   return c;
+}
+
+const GgufFamily& gemma3_family() {
+  static const GgufFamily kFamily{"gemma3", gemma3_config_from_gguf, gemma3_tensor_name};
+  return kFamily;
 }
 
 }  // namespace larql

@@ -1,10 +1,6 @@
 #include "model/model.h"
 
-#include <cstdio>
-#include <algorithm>
-#include <cstring>
-
-#include "formats/gguf.h"
+#include "model/gguf_source.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -17,95 +13,93 @@ std::string shape_str(const std::vector<uint64_t>& dims) {
   return s + "]";
 }
 
-const GgufTensor& require_tensor(const GgufFile& file, const std::string& name) {
-  const GgufTensor* t = file.find_tensor(name);
-  if (t == nullptr) throw Error(ErrorKind::Format, file.path() + ": tensor '" + name + "' is missing");
-  return *t;
-}
+class Loader {
+ public:
+  explicit Loader(const WeightSource& s) : s_(s) {}
 
-std::vector<float> load_vector(const GgufFile& file, const std::string& name, int64_t n) {
-  const GgufTensor& t = require_tensor(file, name);
-  if (t.n_elements() != static_cast<uint64_t>(n))
-    throw Error(ErrorKind::Format, file.path() + ": tensor '" + name + "' has shape " + shape_str(t.dims) +
-                                       ", expected [" + std::to_string(n) + "]");
-  if (!quant::can_dequantize(t.type))
-    throw Error(ErrorKind::Unsupported, file.path() + ": tensor '" + name + "' has unsupported type " +
-                                            dtype_name(t.type));
-  std::vector<float> v(static_cast<size_t>(n));
-  quant::dequantize_row(t.type, t.data, v.data(), n);
-  return v;
-}
+  SourceTensor require(TensorRole role, int64_t layer) const {
+    auto t = s_.tensor(role, layer);
+    if (!t) throw Error(ErrorKind::Format, s_.path() + ": tensor '" + s_.tensor_name(role, layer) + "' is missing");
+    if (!quant::can_dequantize(t->type))
+      throw Error(ErrorKind::Unsupported, s_.path() + ": tensor '" + t->name + "' has unsupported type " +
+                                              dtype_name(t->type));
+    return *t;
+  }
 
-uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = 1469598103934665603ull) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
+  /// A [rows, cols] matrix (GGUF dims [cols, rows]).
+  TensorView matrix(TensorRole role, int64_t layer, int64_t rows, int64_t cols) const {
+    const SourceTensor t = require(role, layer);
+    if (t.dims.size() != 2 || t.dims[0] != static_cast<uint64_t>(cols) || t.dims[1] != static_cast<uint64_t>(rows))
+      throw Error(ErrorKind::Format, s_.path() + ": tensor '" + t.name + "' has shape " + shape_str(t.dims) +
+                                         ", expected [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
+    TensorView v;
+    v.type = t.type;
+    v.rows = rows;
+    v.cols = cols;
+    v.data = t.data;
+    v.row_bytes = t.nbytes / static_cast<size_t>(rows);
+    return v;
+  }
+
+  /// A vector of n values, dequantised to f32.
+  std::vector<float> vector(TensorRole role, int64_t layer, int64_t n) const {
+    const SourceTensor t = require(role, layer);
+    uint64_t count = 1;
+    for (uint64_t d : t.dims) count *= d;
+    if (count != static_cast<uint64_t>(n))
+      throw Error(ErrorKind::Format, s_.path() + ": tensor '" + t.name + "' has shape " + shape_str(t.dims) +
+                                         ", expected [" + std::to_string(n) + "]");
+    std::vector<float> v(static_cast<size_t>(n));
+    quant::dequantize_row(t.type, t.data, v.data(), n);
+    return v;
+  }
+
+ private:
+  const WeightSource& s_;
+};
 
 }  // namespace
 
-TensorView tensor_view(const GgufFile& file, const std::string& name, int64_t rows, int64_t cols) {
-  const GgufTensor& t = require_tensor(file, name);
-  if (t.dims.size() != 2 || t.dims[0] != static_cast<uint64_t>(cols) || t.dims[1] != static_cast<uint64_t>(rows))
-    throw Error(ErrorKind::Format, file.path() + ": tensor '" + name + "' has shape " + shape_str(t.dims) +
-                                       ", expected [" + std::to_string(cols) + ", " + std::to_string(rows) + "]");
-  if (!quant::can_dequantize(t.type))
-    throw Error(ErrorKind::Unsupported, file.path() + ": tensor '" + name + "' has unsupported type " +
-                                            dtype_name(t.type));
-  TensorView v;
-  v.type = t.type;
-  v.rows = rows;
-  v.cols = cols;
-  v.data = t.data;
-  v.row_bytes = t.nbytes / static_cast<size_t>(rows);
-  return v;
-}
+std::shared_ptr<Model> Model::load(const std::string& path) { return load(GgufSource::open(path)); }
 
-std::shared_ptr<Model> Model::load(const std::string& path) {
+std::shared_ptr<Model> Model::load(std::shared_ptr<const WeightSource> source) {
+  if (source == nullptr) throw Error(ErrorKind::InvalidArgument, "Model::load: no weight source");
   auto m = std::make_shared<Model>();
-  m->path_ = path;
-  m->file_ = GgufFile::open(path);
-  const GgufFile& f = *m->file_;
-  m->config_ = config_from_gguf(f);
-  const ModelConfig& c = m->config_;
+  m->source_ = std::move(source);
+  const ModelConfig& c = m->source_->config();
+  const Loader ld(*m->source_);
+  using R = TensorRole;
 
   ModelWeights& w = m->weights_;
-  w.token_embd = tensor_view(f, "token_embd.weight", c.vocab, c.hidden);
-  w.lm_head = c.tied_embeddings ? w.token_embd : tensor_view(f, "output.weight", c.vocab, c.hidden);
-  w.output_norm = load_vector(f, "output_norm.weight", c.hidden);
+  w.token_embd = ld.matrix(R::TokenEmbd, -1, c.vocab, c.hidden);
+  w.lm_head = c.tied_embeddings ? w.token_embd : ld.matrix(R::Output, -1, c.vocab, c.hidden);
+  w.output_norm = ld.vector(R::OutputNorm, -1, c.hidden);
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string b = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
-    l.attn_norm = load_vector(f, b + "attn_norm.weight", c.hidden);
-    l.wq = tensor_view(f, b + "attn_q.weight", c.q_dim(), c.hidden);
-    l.wk = tensor_view(f, b + "attn_k.weight", c.kv_dim(), c.hidden);
-    l.wv = tensor_view(f, b + "attn_v.weight", c.kv_dim(), c.hidden);
+    l.attn_norm = ld.vector(R::AttnNorm, i, c.hidden);
+    l.wq = ld.matrix(R::AttnQ, i, c.q_dim(), c.hidden);
+    l.wk = ld.matrix(R::AttnK, i, c.kv_dim(), c.hidden);
+    l.wv = ld.matrix(R::AttnV, i, c.kv_dim(), c.hidden);
+    if (c.qkv_bias) {
+      l.bq = ld.vector(R::AttnQBias, i, c.q_dim());
+      l.bk = ld.vector(R::AttnKBias, i, c.kv_dim());
+      l.bv = ld.vector(R::AttnVBias, i, c.kv_dim());
+    }
     if (c.qk_norm) {
-      l.q_norm = load_vector(f, b + "attn_q_norm.weight", c.head_dim);
-      l.k_norm = load_vector(f, b + "attn_k_norm.weight", c.head_dim);
+      l.q_norm = ld.vector(R::AttnQNorm, i, c.head_dim);
+      l.k_norm = ld.vector(R::AttnKNorm, i, c.head_dim);
     }
-    l.wo = tensor_view(f, b + "attn_output.weight", c.hidden, c.q_dim());
-    l.ffn_norm = load_vector(f, b + "ffn_norm.weight", c.hidden);
-    l.w_gate = tensor_view(f, b + "ffn_gate.weight", c.ffn, c.hidden);
-    l.w_up = tensor_view(f, b + "ffn_up.weight", c.ffn, c.hidden);
-    l.w_down = tensor_view(f, b + "ffn_down.weight", c.hidden, c.ffn);
+    l.wo = ld.matrix(R::AttnOutput, i, c.hidden, c.q_dim());
+    l.ffn_norm = ld.vector(R::FfnNorm, i, c.hidden);
+    l.w_gate = ld.matrix(R::FfnGate, i, c.ffn, c.hidden);
+    l.w_up = ld.matrix(R::FfnUp, i, c.ffn, c.hidden);
+    l.w_down = ld.matrix(R::FfnDown, i, c.hidden, c.ffn);
     if (c.post_norms) {
-      l.post_attn_norm = load_vector(f, b + "post_attention_norm.weight", c.hidden);
-      l.post_ffn_norm = load_vector(f, b + "post_ffw_norm.weight", c.hidden);
+      l.post_attn_norm = ld.vector(R::PostAttnNorm, i, c.hidden);
+      l.post_ffn_norm = ld.vector(R::PostFfnNorm, i, c.hidden);
     }
   }
-  // Fingerprint: the whole header (metadata, vocabulary, tensor table), the first KiB of every
-  // tensor's data and the file size — cheap, and different for any re-quantised or edited file.
-  uint64_t h = fnv1a(f.bytes(), std::min(f.data_offset(), f.file_size()));
-  for (const GgufTensor& t : f.tensors()) {
-    h = fnv1a(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size(), h);
-    const uint64_t meta[3] = {static_cast<uint64_t>(t.type), t.offset, t.n_elements()};
-    h = fnv1a(reinterpret_cast<const uint8_t*>(meta), sizeof meta, h);
-    h = fnv1a(t.data, std::min<size_t>(t.nbytes, 1024), h);
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%016llx-%zu", static_cast<unsigned long long>(h), f.file_size());
-  m->fingerprint_ = buf;
   return m;
 }
 

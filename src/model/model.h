@@ -1,4 +1,5 @@
-// A loaded model: config, weight views into the mapped file, and the tokenizer's source file.
+// A loaded model: config and weight views into a weight source (model/weight_source.h), which
+// the model keeps alive.
 #pragma once
 
 #include <memory>
@@ -7,10 +8,9 @@
 
 #include "compute/tensor.h"
 #include "model/config.h"
+#include "model/weight_source.h"
 
 namespace larql {
-
-class GgufFile;
 
 /// One transformer block's weights. Matrices are [out rows, in cols]; norm weights are owned
 /// f32 vectors holding the full multiplier (GGUF already stores Gemma's 1 + w).
@@ -19,6 +19,9 @@ struct LayerWeights {
   TensorView wq;                       ///< [q_dim, hidden]
   TensorView wk;                       ///< [kv_dim, hidden]
   TensorView wv;                       ///< [kv_dim, hidden]
+  std::vector<float> bq;               ///< [q_dim] added after the Q projection (empty if !qkv_bias)
+  std::vector<float> bk;               ///< [kv_dim] (empty if !qkv_bias)
+  std::vector<float> bv;               ///< [kv_dim] (empty if !qkv_bias)
   std::vector<float> q_norm;           ///< [head_dim] (empty if !qk_norm)
   std::vector<float> k_norm;           ///< [head_dim]
   TensorView wo;                       ///< [hidden, q_dim]
@@ -37,33 +40,29 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
-/// A model opened from a GGUF file. Weights are zero-copy views into the file mapping, which
-/// the model keeps alive.
+/// A model: its config and weights, zero-copy views into a weight source that the model keeps
+/// alive.
 class Model {
  public:
-  /// Open and validate. Errors: NotFound/Io (file), Format (bad GGUF, missing tensor, wrong
-  /// shape — naming the tensor and the expected shape), Unsupported (architecture or dtype).
+  /// Open a GGUF file (GgufSource::open) and load() it. Errors: NotFound/Io (file), Format (bad
+  /// GGUF, missing tensor, wrong shape — naming the tensor and the expected shape), Unsupported
+  /// (architecture or dtype).
   static std::shared_ptr<Model> load(const std::string& path);
+  /// Build the weights from a source: every tensor the config needs, shape-checked by role.
+  /// Errors: Format/Unsupported as above, naming the source's tensor.
+  static std::shared_ptr<Model> load(std::shared_ptr<const WeightSource> source);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return source_->config(); }
   const ModelWeights& weights() const { return weights_; }
-  const GgufFile& file() const { return *file_; }
-  std::shared_ptr<const GgufFile> file_ptr() const { return file_; }
-  const std::string& path() const { return path_; }
-  /// A short fingerprint of the file (size + hash of the header and first bytes), used to
-  /// refuse state files from another model.
-  const std::string& fingerprint() const { return fingerprint_; }
+  const WeightSource& source() const { return *source_; }
+  const std::string& path() const { return source_->path(); }
+  /// The source's fingerprint of its whole content (WeightSource::fingerprint), used to refuse
+  /// state files from another model.
+  const std::string& fingerprint() const { return source_->fingerprint(); }
 
  private:
-  std::string path_;
-  std::string fingerprint_;
-  std::shared_ptr<const GgufFile> file_;
-  ModelConfig config_;
+  std::shared_ptr<const WeightSource> source_;
   ModelWeights weights_;
 };
-
-/// Build a TensorView for a GGUF tensor with the expected [rows, cols], or throw
-/// Error{Format}/Error{Unsupported} naming the tensor.
-TensorView tensor_view(const GgufFile& file, const std::string& name, int64_t rows, int64_t cols);
 
 }  // namespace larql

@@ -73,6 +73,9 @@ void Tokenizer::Impl::check_id(int32_t id, const char* what) const {
 }
 
 Tokenizer::Tokenizer(VocabData vocab) {
+  if (vocab.model != "llama")
+    throw Error(ErrorKind::Unsupported, "tokenizer: tokenizer.ggml.model '" + vocab.model +
+                                            "' is not supported (only 'llama', SentencePiece-style)");
   auto impl = std::make_shared<Impl>();
   impl->v = std::move(vocab);
   VocabData& v = impl->v;
@@ -85,7 +88,7 @@ Tokenizer::Tokenizer(VocabData vocab) {
                 "tokenizer: tokens/scores/types lengths differ (" + std::to_string(n) + "/" +
                     std::to_string(v.scores.size()) + "/" + std::to_string(v.types.size()) + ")");
   for (auto [id, name] : {std::pair{v.bos_id, "bos_id"}, {v.eos_id, "eos_id"}, {v.pad_id, "pad_id"},
-                          {v.unk_id, "unk_id"}}) {
+                          {v.unk_id, "unk_id"}, {v.eot_id, "eot_id"}}) {
     if (id < -1 || id >= static_cast<int64_t>(n))
       throw Error(ErrorKind::InvalidArgument, std::string("tokenizer: ") + name + " " + std::to_string(id) +
                                                   " out of range [0, " + std::to_string(n) + ")");
@@ -160,15 +163,13 @@ Tokenizer::Tokenizer(VocabData vocab) {
   impl_ = std::move(impl);
 }
 
-Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
+VocabData vocab_from_gguf(const GgufFile& g) {
   const std::string where = g.path().empty() ? std::string("<gguf>") : g.path();
   auto model = g.get_string("tokenizer.ggml.model");
   if (!model)
     throw Error(ErrorKind::NotFound, where + ": missing key 'tokenizer.ggml.model'");
-  if (*model != "llama")
-    throw Error(ErrorKind::Unsupported, where + ": tokenizer.ggml.model '" + *model +
-                                            "' is not supported (only 'llama', SentencePiece-style)");
   VocabData v;
+  v.model = *model;
   auto tokens = g.get_string_array("tokenizer.ggml.tokens");
   if (!tokens) throw Error(ErrorKind::NotFound, where + ": missing key 'tokenizer.ggml.tokens'");
   v.tokens = std::move(*tokens);
@@ -191,22 +192,27 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
   } else {
     v.types.assign(n, TokenType::Normal);
   }
+  if (auto merges = g.get_string_array("tokenizer.ggml.merges")) v.merges = std::move(*merges);
   v.bos_id = read_id(g, "tokenizer.ggml.bos_token_id");
   v.eos_id = read_id(g, "tokenizer.ggml.eos_token_id");
+  v.eot_id = read_id(g, "tokenizer.ggml.eot_token_id");
   v.pad_id = read_id(g, "tokenizer.ggml.padding_token_id");
   v.unk_id = read_id(g, "tokenizer.ggml.unknown_token_id");
   // llama.cpp defaults for SPM: add_bos true, add_eos false, add_space_prefix true.
   v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
   v.add_eos = g.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
-  for (auto [id, key] : {std::pair{v.bos_id, "bos_token_id"}, {v.eos_id, "eos_token_id"},
+  v.chat_template = g.get_string("tokenizer.chat_template").value_or("");
+  for (auto [id, key] : {std::pair{v.bos_id, "bos_token_id"}, {v.eos_id, "eos_token_id"}, {v.eot_id, "eot_token_id"},
                          {v.pad_id, "padding_token_id"}, {v.unk_id, "unknown_token_id"}}) {
     if (id >= static_cast<int64_t>(n))
       throw Error(ErrorKind::Format, where + ": tokenizer.ggml." + key + " = " + std::to_string(id) +
                                          " is not below the vocabulary size " + std::to_string(n));
   }
-  return Tokenizer(std::move(v));
+  return v;
 }
+
+Tokenizer Tokenizer::from_gguf(const GgufFile& g) { return Tokenizer(vocab_from_gguf(g)); }
 
 std::string Tokenizer::token_to_piece(int32_t id) const {
   impl_->check_id(id, "token_to_piece");
@@ -236,6 +242,8 @@ int32_t Tokenizer::bos_id() const { return impl_->v.bos_id; }
 int32_t Tokenizer::eos_id() const { return impl_->v.eos_id; }
 int32_t Tokenizer::pad_id() const { return impl_->v.pad_id; }
 int32_t Tokenizer::unk_id() const { return impl_->v.unk_id; }
+int32_t Tokenizer::eot_id() const { return impl_->v.eot_id; }
+const std::string& Tokenizer::chat_template() const { return impl_->v.chat_template; }
 bool Tokenizer::add_bos() const { return impl_->v.add_bos; }
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->v.tokens.size()); }
 

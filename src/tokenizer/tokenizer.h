@@ -37,35 +37,43 @@ enum class TokenType : int32_t {
   Byte = 6,
 };
 
-/// A vocabulary as plain data; what `Tokenizer::from_gguf` reads, and what tests build by hand.
-/// `tokens`, `scores` and `types` are indexed by token id and must have equal length.
-/// Special ids are -1 when absent.
+/// A vocabulary as plain data: what a weight source's vocabulary() returns (read by
+/// vocab_from_gguf for GGUF), and what tests build by hand. `tokens`, `scores` and `types` are
+/// indexed by token id and must have equal length. Special ids are -1 when absent.
 struct VocabData {
+  std::string model = "llama";      ///< tokenizer.ggml.model: "llama" = SentencePiece (the one Tokenizer runs)
   std::vector<std::string> tokens;  ///< piece text; SPM pieces use U+2581 for a space
   std::vector<float> scores;        ///< merge priority (higher merges first); log-probabilities
   std::vector<TokenType> types;
+  std::vector<std::string> merges;  ///< BPE merges "a b" (tokenizer.ggml.merges); empty for SPM
   int32_t bos_id = -1;
   int32_t eos_id = -1;
+  int32_t eot_id = -1;              ///< end of turn (tokenizer.ggml.eot_token_id), -1 when absent
   int32_t pad_id = -1;
   int32_t unk_id = -1;
   bool add_bos = true;
   bool add_eos = false;
   bool add_space_prefix = false;
+  std::string chat_template;        ///< tokenizer.chat_template (Jinja source), "" when absent
 };
+
+/// Read `tokenizer.ggml.*` and `tokenizer.chat_template` from a GGUF file, any tokenizer model.
+/// Missing scores default to 0, missing types to Normal, add_bos/add_space_prefix to true (as
+/// llama.cpp does for SPM). Errors: NotFound for a missing tokenizer.ggml.model or tokens array;
+/// Format for a scores / token_type array of another length, a special id out of range or a
+/// value of the wrong type.
+VocabData vocab_from_gguf(const GgufFile& gguf);
 
 /// An immutable SPM tokenizer. Cheap to copy (the tables are shared); thread-safe for concurrent
 /// const use.
 class Tokenizer {
  public:
-  /// Build from plain data. Errors: InvalidArgument if the arrays differ in length, the
-  /// vocabulary is empty, a piece is empty or duplicated (naming its id), or a special id is
-  /// out of range.
+  /// Build from plain data. Errors: Unsupported if vocab.model is not "llama" (SPM), naming it;
+  /// InvalidArgument if the arrays differ in length, the vocabulary is empty, a piece is empty
+  /// or duplicated (naming its id), or a special id is out of range.
   explicit Tokenizer(VocabData vocab);
 
-  /// Read `tokenizer.ggml.*` from a GGUF file. Only `tokenizer.ggml.model == "llama"` (SPM) is
-  /// supported; any other model gives Error{Unsupported} naming it. Missing tokens array gives
-  /// Error{NotFound}; a scores / token_type array of another length gives Error{Format}.
-  /// Missing scores default to 0, missing types to Normal (as llama.cpp does).
+  /// Tokenizer(vocab_from_gguf(gguf)): errors of both.
   static Tokenizer from_gguf(const GgufFile& gguf);
 
   /// Text (UTF-8 bytes; invalid UTF-8 is tolerated, as in llama.cpp) -> token ids.
@@ -98,7 +106,10 @@ class Tokenizer {
   int32_t eos_id() const;
   int32_t pad_id() const;
   int32_t unk_id() const;
+  int32_t eot_id() const;  ///< from metadata (tokenizer.ggml.eot_token_id); -1 when absent
   bool add_bos() const;
+  /// tokenizer.chat_template of the source ("" when absent); see detect_chat_template().
+  const std::string& chat_template() const;
   int32_t vocab_size() const;
 
   /// Exact lookup of a piece text, e.g. "<end_of_turn>" or "▁the".
@@ -144,6 +155,42 @@ struct ChatMessage {
   std::string role;
   std::string content;
 };
+
+/// Chat formats larql can apply, named as llama.cpp names them (src/llama-chat.cpp).
+enum class ChatFormat { Gemma, ChatML, Llama3, Llama2 };
+
+/// The format of a model's Jinja chat template (tokenizer.chat_template), detected as
+/// llama.cpp's llm_chat_detect_template does: `<|im_start|>` -> ChatML; `[INST]` -> Llama2;
+/// `<start_of_turn>` -> Gemma; `<|start_header_id|>` and `<|end_header_id|>` -> Llama3 (in that
+/// order). A bare name ("gemma", "chatml", "llama3", "llama2") is accepted too. nullopt for an
+/// empty or unrecognised template (llama.cpp's variants that larql does not apply — Mistral
+/// v7, Phi-4, ... — are unrecognised here).
+std::optional<ChatFormat> detect_chat_template(std::string_view jinja);
+const char* chat_format_name(ChatFormat f);
+
+/// A model's chat format: detect_chat_template(tok.chat_template()); when the vocabulary has no
+/// template (tokenizer.chat_template absent, as in some GGUF conversions of Gemma 3), the first
+/// turn-marker token the vocabulary holds: `<start_of_turn>` -> Gemma, `<|im_start|>` -> ChatML,
+/// `<|start_header_id|>` -> Llama3. nullopt when neither names a format.
+std::optional<ChatFormat> chat_format_of(const Tokenizer& tok);
+
+/// Apply a chat format to a conversation (without the BOS: encode(add_bos = true) adds it).
+/// Gemma: apply_gemma_chat_template. The others as llama.cpp's llm_chat_apply_template:
+///   ChatML: `<|im_start|>{role}\n{content}<|im_end|>\n` per message; generation prompt
+///           `<|im_start|>assistant\n`;
+///   Llama3: `<|start_header_id|>{role}<|end_header_id|>\n\n{content | trim}<|eot_id|>`;
+///           generation prompt `<|start_header_id|>assistant<|end_header_id|>\n\n`;
+///   Llama2: `[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]{assistant}</s>[INST] ...`;
+///           as llama.cpp's variants: contents trimmed only when `jinja` mentions
+///           `content.strip()`; `<s>[INST] ` after an answer when it mentions
+///           `bos_token + '[INST]'` (and does not strip); the `<<SYS>>` block when either of
+///           those or `<<SYS>>` appears, otherwise the system text and "\n" open the first turn.
+/// Roles: "model" is written as "assistant" (llama.cpp writes roles verbatim; the templates
+/// themselves name the answer "assistant").
+/// Errors: InvalidArgument from the Gemma template's checks; for the others a role outside
+/// system / user / assistant ("model" is taken as assistant).
+std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                std::string_view jinja = {});
 
 /// Gemma's chat template (tokenizer_config.json of google/gemma-3-*-it), without the BOS (added by
 /// encode(add_bos = true)):

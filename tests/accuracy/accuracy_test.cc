@@ -158,7 +158,7 @@ TEST(Suite, QuickSmokeWithStandardOnRealModel) {
   LARQL_REQUIRE_MODEL(path);
   auto model = Model::load(path);
   auto forward = std::make_shared<Forward>(model, 2);
-  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  const Tokenizer tok = Tokenizer(model->source().vocabulary());
   auto cases = load_jsonl(testing::source_dir() + "/data/accuracy/parametric.jsonl", "parametric");
   cases.resize(3);
   // The bare "▁" before a digit joins the prompt: " 4" scores the token "4".

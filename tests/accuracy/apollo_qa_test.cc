@@ -57,7 +57,7 @@ TEST(ApolloQa, ARefusedQuestionIsNeverARetrievalHit) {
   LARQL_REQUIRE_MODEL(path);
   auto model = Model::load(path);
   auto fwd = std::make_shared<Forward>(model, 2);
-  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  const Tokenizer tok = Tokenizer(model->source().vocabulary());
   const std::string doc = slurp(testing::source_dir() + "/data/apollo/document.txt");
   const std::string store = (std::filesystem::temp_directory_path() /
                              ("larql-apollo-verdict-" + std::to_string(::getpid()) + ".store")).string();
@@ -95,7 +95,7 @@ TEST(ApolloQa, RetrievalKeepsWholeDocumentAccuracy) {
   LARQL_REQUIRE_MODEL(path);
   auto model = Model::load(path);
   auto fwd = std::make_shared<Forward>(model, 2);
-  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  const Tokenizer tok = Tokenizer(model->source().vocabulary());
   const std::string dir = testing::source_dir() + "/data/apollo/";
   const std::string doc = slurp(dir + "document.txt");
   const auto items = parse_qa_jsonl(slurp(dir + "questions.jsonl"));

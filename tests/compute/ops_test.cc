@@ -96,6 +96,37 @@ TEST(Ops, RopeHandComputedPos1) {
   EXPECT_NEAR(x[3], 2 * s1 + 4 * c1, 1e-6);
 }
 
+TEST(Ops, RopeAdjacentHandComputedPos1) {
+  // head_dim 4, base 100: theta_0 = 1 rad, theta_1 = 100^(-1/2) = 0.1 rad. Pairs (0,1), (2,3)
+  // (Llama: x'[2i] = x[2i] cos - x[2i+1] sin, x'[2i+1] = x[2i] sin + x[2i+1] cos).
+  float x[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  compute::rope_adjacent(x, 1, 4, 1, 100.0, 1.0);
+  const double c0 = std::cos(1.0), s0 = std::sin(1.0), c1 = std::cos(0.1), s1 = std::sin(0.1);
+  EXPECT_NEAR(x[0], 1 * c0 - 2 * s0, 1e-6);
+  EXPECT_NEAR(x[1], 1 * s0 + 2 * c0, 1e-6);
+  EXPECT_NEAR(x[2], 3 * c1 - 4 * s1, 1e-6);
+  EXPECT_NEAR(x[3], 3 * s1 + 4 * c1, 1e-6);
+}
+
+TEST(Ops, RopeAdjacentTwoHeadsScaledAndBeyondTheTable) {
+  // Two heads of dim 2 (one pair each, i = 0 -> theta = pos * freq_scale), at a position the
+  // per-thread table does not hold (>= 8192): angle 10000 * 0.5 = 5000 rad.
+  float x[4] = {1, 0, 0, 1};
+  compute::rope_adjacent(x, 2, 2, 10000, 10000.0, 0.5);
+  EXPECT_NEAR(x[0], std::cos(5000.0), 1e-5);
+  EXPECT_NEAR(x[1], std::sin(5000.0), 1e-5);
+  EXPECT_NEAR(x[2], -std::sin(5000.0), 1e-5);
+  EXPECT_NEAR(x[3], std::cos(5000.0), 1e-5);
+}
+
+TEST(Ops, AddBiasRows) {
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  const float b[3] = {10, 20, 30};
+  compute::add_bias_rows(x, b, 2, 3);
+  const float want[6] = {11, 22, 33, 14, 25, 36};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(x[i], want[i]);
+}
+
 TEST(Ops, RopeMultipleHeadsAndScaling) {
   // Two heads of dim 2 (one pair each), position 3, base anything (i = 0 -> theta = pos),
   // freq_scale 0.5 -> angle 1.5.

@@ -282,7 +282,7 @@ class ApolloRealModel : public ::testing::Test {
     if (path.empty()) return;
     model_ = Model::load(path);
     fwd_ = std::make_shared<Forward>(model_, 2);
-    tok_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
+    tok_ = std::make_unique<Tokenizer>(Tokenizer(model_->source().vocabulary()));
     std::ifstream in(testing::source_dir() + "/data/apollo/document.txt");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     store_ = tmp_path("real.store");

@@ -149,7 +149,7 @@ TEST(BoundaryPerLayerRealModel, HeldOutKlWithinCalibratedBound_RecordChecks) {
   LARQL_REQUIRE_MODEL(path);
   auto model = Model::load(path);
   auto fwd = std::make_shared<Forward>(model, 2);
-  const Tokenizer tok = Tokenizer::from_gguf(model->file());
+  const Tokenizer tok = Tokenizer(model->source().vocabulary());
   const ModelConfig& c = model->config();
   using clk = std::chrono::steady_clock;
   const auto t0 = clk::now();

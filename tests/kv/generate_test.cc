@@ -29,7 +29,7 @@ using testing::SyntheticSpec;
 struct Gen {
   explicit Gen(SyntheticSpec s = {})
       : sm(make_synthetic_model(s)), model(Model::load(sm->path)), fwd(std::make_shared<Forward>(model, 2)),
-        tok(Tokenizer::from_gguf(model->file())) {}
+        tok(Tokenizer(model->source().vocabulary())) {}
   GenerateResult run(const std::vector<int32_t>& prompt, GenerateOptions o, std::string* streamed = nullptr) {
     StandardEngine e(fwd, 0);
     return generate(e, *fwd, tok, prompt, o,

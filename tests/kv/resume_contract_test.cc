@@ -40,7 +40,7 @@ RealText* real() {
     auto* x = new RealText;
     x->model = Model::load(path);
     x->fwd = std::make_shared<Forward>(x->model, 2);
-    x->tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(x->model->file()));
+    x->tok = std::make_unique<Tokenizer>(Tokenizer(x->model->source().vocabulary()));
     const std::string text =
         read_text_file(testing::source_dir() + "/tests/python/data/long_text_gpl3.txt", "the test text");
     x->ids = x->tok->encode(text, true, false);

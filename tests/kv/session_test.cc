@@ -31,7 +31,7 @@ class SessionTest : public ::testing::Test {
     sm_ = testing::make_synthetic_model().release();
     model_ = Model::load(sm_->path);
     fwd_ = std::make_shared<Forward>(model_, 2);
-    tok_ = new Tokenizer(Tokenizer::from_gguf(model_->file()));
+    tok_ = new Tokenizer(Tokenizer(model_->source().vocabulary()));
   }
   static void TearDownTestSuite() {
     delete tok_;

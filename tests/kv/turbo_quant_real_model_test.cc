@@ -53,7 +53,7 @@ TEST(TurboQuantRealModel, PerRowCosineOfDecodedKV) {
   auto model = Model::load(path);
   auto fwd = std::make_shared<Forward>(model, 2);
   const auto& c = model->config();
-  const auto tok = Tokenizer::from_gguf(model->file());
+  const auto tok = Tokenizer(model->source().vocabulary());
   const auto ids = tok.encode(kText, true, false);
   ASSERT_GE(ids.size(), 200u);
   KvCache cache(c);  // standard's K/V for this prompt
@@ -97,7 +97,7 @@ TEST(TurboQuantRealModel, AgreementWithStandardMemoryAndSaveLoad) {
   auto model = Model::load(path);
   auto fwd = std::make_shared<Forward>(model, 2);
   const auto& c = model->config();
-  const auto tok = Tokenizer::from_gguf(model->file());
+  const auto tok = Tokenizer(model->source().vocabulary());
   auto ids = tok.encode(kText, true, false);
   ids.resize(200);
   const int steps = 64;
@@ -186,7 +186,7 @@ TEST(TurboQuantRealModel, ChunkingIsExactAndTeacherForcedQuality) {
   auto model = Model::load(path);
   auto fwd = std::make_shared<Forward>(model, 2);
   const auto& c = model->config();
-  const auto tok = Tokenizer::from_gguf(model->file());
+  const auto tok = Tokenizer(model->source().vocabulary());
   std::ifstream in(testing::source_dir() + "/tests/python/data/long_text_gpl3.txt");
   ASSERT_TRUE(in) << "tests/python/data/long_text_gpl3.txt";
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -237,7 +237,7 @@ TEST(TurboQuantRealModel, GreedyContinuationsOfShortPromptsMatchStandard) {
   auto model = Model::load(path);
   auto fwd = std::make_shared<Forward>(model, 2);
   const auto& c = model->config();
-  const auto tok = Tokenizer::from_gguf(model->file());
+  const auto tok = Tokenizer(model->source().vocabulary());
   const char* prompts[] = {
       "The capital of France is", "Once upon a time, in a small village by the sea,", "Water boils at",
       "The largest planet in the solar system is", "My favourite recipe for pancakes starts with",

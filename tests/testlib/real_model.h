@@ -42,7 +42,7 @@ inline RealModel* shared_real_model() {
     if (path.empty()) return std::unique_ptr<RealModel>();
     auto model = Model::load(path);
     auto fwd = std::make_shared<Forward>(model, 2);
-    auto tok = Tokenizer::from_gguf(model->file());
+    auto tok = Tokenizer(model->source().vocabulary());
     return std::unique_ptr<RealModel>(new RealModel{std::move(model), std::move(fwd), std::move(tok)});
   }();
   return m.get();

@@ -336,5 +336,77 @@ TEST(ChatTemplate, RejectsBadRoles) {
   expect_kind(ErrorKind::InvalidArgument, [] { apply_gemma_chat_template({{"tool", "a"}}, true); });
 }
 
+// Expected strings: llama.cpp's own llama_chat_apply_template (llama-cpp-python 0.3.36) on the same
+// messages and template text; detection as its llm_chat_detect_template.
+const std::vector<ChatMessage> kConversation = {
+    {"system", "Be brief."}, {"user", " Hi "}, {"assistant", " Hello! "}, {"user", "Bye"}};
+
+TEST(ChatTemplate, DetectsTheFamilyFromTheJinjaSource) {
+  // Excerpts of the published templates (Gemma 3, Qwen2, Llama 3, Llama 2 chat).
+  EXPECT_EQ(detect_chat_template("{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + role + '\n' }}"),
+            ChatFormat::Gemma);
+  EXPECT_EQ(detect_chat_template("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}"),
+            ChatFormat::ChatML);
+  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}"),
+            ChatFormat::Llama3);
+  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"), ChatFormat::Llama2);
+  // llama.cpp's order: ChatML before [INST]; Gemma before Llama 3.
+  EXPECT_EQ(detect_chat_template("<|im_start|> [INST]"), ChatFormat::ChatML);
+  EXPECT_EQ(detect_chat_template("<start_of_turn> <|start_header_id|><|end_header_id|>"), ChatFormat::Gemma);
+  EXPECT_EQ(detect_chat_template("<|start_header_id|> only"), std::nullopt);
+  EXPECT_EQ(detect_chat_template("chatml"), ChatFormat::ChatML);
+  EXPECT_EQ(detect_chat_template("{{ messages }}"), std::nullopt);
+  EXPECT_EQ(detect_chat_template(""), std::nullopt);
+}
+
+TEST(ChatTemplate, ChatMLAsLlamaCpp) {
+  EXPECT_EQ(apply_chat_template(ChatFormat::ChatML, kConversation, true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n<|im_start|>assistant\n Hello! "
+            "<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Llama3AsLlamaCpp) {
+  EXPECT_EQ(apply_chat_template(ChatFormat::Llama3, kConversation, true),
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>"
+            "\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>user"
+            "<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(apply_chat_template(ChatFormat::Llama3, {{"user", "a"}}, false),
+            "<|start_header_id|>user<|end_header_id|>\n\na<|eot_id|>");
+}
+
+TEST(ChatTemplate, Llama2VariantsAsLlamaCpp) {
+  EXPECT_EQ(apply_chat_template(ChatFormat::Llama2, kConversation, true, "[INST]"),
+            "[INST] Be brief.\n Hi  [/INST] Hello! </s>[INST] Bye [/INST]");
+  EXPECT_EQ(apply_chat_template(ChatFormat::Llama2, kConversation, true, "[INST] content.strip()"),
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]Hello!</s>[INST] Bye [/INST]");
+  EXPECT_EQ(apply_chat_template(ChatFormat::Llama2, kConversation, true, "bos_token + '[INST]"),
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi  [/INST] Hello! </s><s>[INST] Bye [/INST]");
+  EXPECT_EQ(apply_chat_template(ChatFormat::Llama2, kConversation, true, "[INST] <<SYS>>"),
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi  [/INST] Hello! </s>[INST] Bye [/INST]");
+}
+
+TEST(ChatTemplate, GemmaThroughTheDispatcherAndUnknownRoles) {
+  EXPECT_EQ(apply_chat_template(ChatFormat::Gemma, kConversation, true),
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  expect_kind(ErrorKind::InvalidArgument, [] { apply_chat_template(ChatFormat::ChatML, {{"tool", "a"}}, true); });
+}
+
+TEST(Tokenizer, EotIdAndChatTemplateFromTheVocabulary) {
+  VocabData v = make_vocab();
+  v.eot_id = 5;
+  v.chat_template = "<start_of_turn>";
+  Tokenizer t(v);
+  EXPECT_EQ(t.eot_id(), 5);
+  EXPECT_EQ(t.chat_template(), "<start_of_turn>");
+  EXPECT_EQ(chat_format_of(t), ChatFormat::Gemma);
+  v.chat_template = "";  // absent: the vocabulary's turn markers decide (token 4 is <start_of_turn>)
+  EXPECT_EQ(chat_format_of(Tokenizer(v)), ChatFormat::Gemma);
+  v.chat_template = "{{ messages }}";  // present but unknown: no guess from the vocabulary
+  EXPECT_EQ(chat_format_of(Tokenizer(v)), std::nullopt);
+  v.eot_id = static_cast<int32_t>(v.tokens.size());
+  expect_kind(ErrorKind::InvalidArgument, [&] { Tokenizer bad(v); });
+}
+
 }  // namespace
 }  // namespace larql

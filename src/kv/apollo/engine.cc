@@ -28,7 +28,7 @@ ApolloEngine::ApolloEngine(std::shared_ptr<Forward> forward, ApolloOptions optio
                                                 std::to_string(c.n_layers) + " layers (0.." + std::to_string(c.n_layers - 1) + ")");
   if (!(opt_.coef >= 0) || !std::isfinite(opt_.coef))
     throw Error(ErrorKind::InvalidArgument, "apollo: coef must be a finite number >= 0");
-  const Tokenizer tok = Tokenizer::from_gguf(fwd_->model().file());
+  const Tokenizer tok = Tokenizer(fwd_->model().source().vocabulary());
   bos_ = tok.bos_id();
   store_ = std::make_shared<const ApolloStore>(load_apollo_store(opt_.store, fwd_->model().fingerprint(), c.vocab));
   register_input(opt_.store, "the engine's store");
