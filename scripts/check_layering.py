@@ -27,10 +27,11 @@ LAYERS = {
     "model": ["compute", "formats", "tokenizer"],
     "tokenizer": ["formats"],
     "inference": ["model"],
+    "extract": ["model", "vindex"],
     "boundary": ["util"],
     "kv": ["inference", "boundary", "tokenizer"],
     "accuracy": ["kv"],
-    "cli": ["kv", "accuracy"],
+    "cli": ["kv", "accuracy", "extract"],
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')
