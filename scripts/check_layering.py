@@ -24,7 +24,7 @@ LAYERS = {
     "lql": ["util"],
     "quant": ["util"],
     "compute": ["quant"],
-    "model": ["compute", "formats", "tokenizer"],
+    "model": ["compute", "formats", "tokenizer", "vindex"],
     "tokenizer": ["formats"],
     "inference": ["model"],
     "extract": ["model", "vindex"],

@@ -14,7 +14,7 @@ namespace larql::cli {
 namespace {
 
 struct ExtractArgs {
-  std::string source, out, level = "browse", dtype = "f16";
+  std::string source, out, level = "browse", dtype = "f16", quant = "keep";
   int down_top_k = 10;
   int threads = 0;
   bool force = false, json = false;
@@ -28,6 +28,7 @@ void run_extract(const ExtractArgs& a) {
   extract::ExtractOptions opt;
   opt.level = *level;
   opt.dtype = a.dtype;
+  opt.quant = a.quant;
   opt.down_top_k = a.down_top_k;
   opt.threads = a.threads;
   opt.force = a.force;
@@ -55,7 +56,12 @@ void run_extract(const ExtractArgs& a) {
 void add_extract_options(CLI::App* cmd, ExtractArgs& a) {
   cmd->add_option("source", a.source, "GGUF path or a name in models/")->required();
   cmd->add_option("-o,--output", a.out, "the vindex directory to write (e.g. gemma.vindex)")->required();
-  cmd->add_option("--level", a.level, "browse | attention | inference | all (only browse is built yet)")
+  cmd->add_option("--level", a.level,
+                  "browse (gate vectors, embeddings, down_meta, tokenizer) | inference | all (+ every weight: the "
+                  "vindex runs); attention is not built yet")
+      ->capture_default_str();
+  cmd->add_option("--quant", a.quant, "model weights at inference level: keep (the source's own blocks, byte for byte)")
+      ->check(CLI::IsMember({"keep", "none", "q4k"}))
       ->capture_default_str();
   cmd->add_option("--dtype", a.dtype, "float type of the side-channel files: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include <fcntl.h>
@@ -15,6 +17,8 @@
 #include <unistd.h>
 
 #include "compute/top_k_rows.h"
+#include "model/config_json.h"
+#include "model/vindex_source.h"
 #include "quant/quant.h"
 #include "tokenizer/hf_json.h"
 #include "util/atomic_file.h"
@@ -86,29 +90,73 @@ bool decodes_to_nothing(const Tokenizer& tok, int32_t id) {
   return true;
 }
 
-}  // namespace
-
-std::string model_config_json(const ModelConfig& c) {
-  json layers = json::array();
-  for (const LayerConfig& l : c.layers)
-    layers.push_back({{"sliding", l.sliding}, {"window", l.window}, {"rope_base", l.rope_base},
-                      {"rope_freq_scale", l.rope_freq_scale}, {"rope_form", l.rope_form == RopeForm::NeoX ? "neox" : "adjacent"}});
-  const json j = {{"arch", c.arch}, {"name", c.name}, {"n_layers", c.n_layers}, {"hidden", c.hidden}, {"ffn", c.ffn},
-                  {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim}, {"vocab", c.vocab},
-                  {"context_length", c.context_length}, {"norm_eps", c.norm_eps}, {"attn_scale", c.attn_scale},
-                  {"embed_scale", c.embed_scale}, {"final_logit_softcap", c.final_logit_softcap},
-                  {"attn_logit_softcap", c.attn_logit_softcap},
-                  {"activation", c.activation == Activation::GeluTanh ? "gelu_tanh" : "silu"},
-                  {"post_norms", c.post_norms}, {"qk_norm", c.qk_norm}, {"tied_embeddings", c.tied_embeddings},
-                  {"qkv_bias", c.qkv_bias}, {"layers", layers}};
-  return j.dump();
+// Which weights file a role's tensor goes to.
+const char* weights_file(TensorRole r) {
+  switch (r) {
+    case TensorRole::TokenEmbd:
+    case TensorRole::Output: return "embed_weights.bin";
+    case TensorRole::FfnGate:
+    case TensorRole::FfnUp:
+    case TensorRole::FfnDown: return "ffn_weights.bin";
+    case TensorRole::AttnQ:
+    case TensorRole::AttnK:
+    case TensorRole::AttnV:
+    case TensorRole::AttnOutput:
+    case TensorRole::AttnQBias:
+    case TensorRole::AttnKBias:
+    case TensorRole::AttnVBias: return "attn_weights.bin";
+    default: return "norms.bin";
+  }
 }
+
+void write_weights(const Model& model, const fs::path& staging,
+                   const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
+  const WeightSource& src = model.source();
+  const int64_t n_layers = model.config().n_layers;
+  std::map<std::string, std::unique_ptr<AtomicWriter>> out;
+  json manifest = json::array();
+  static const uint8_t zeros[64] = {};
+  auto put = [&](TensorRole role, int64_t layer) {
+    const auto t = src.tensor(role, layer);
+    if (!t) return;
+    const std::string file = weights_file(role);
+    auto& w = out[file];
+    if (!w) w = std::make_unique<AtomicWriter>((staging / file).string(), file);
+    if (w->size() % 64 != 0) w->write(zeros, 64 - w->size() % 64);
+    const uint64_t offset = w->size();
+    w->write(t->data, t->nbytes);
+    json shape = json::array();
+    if (t->dims.size() >= 2) {
+      uint64_t rows = 1;
+      for (size_t i = 1; i < t->dims.size(); ++i) rows *= t->dims[i];
+      shape = {rows, t->dims[0]};
+    } else {
+      shape = {t->dims.empty() ? 1 : t->dims[0]};
+    }
+    manifest.push_back({{"role", tensor_role_name(role)}, {"layer", layer}, {"key", t->name}, {"kind", "tensor"},
+                        {"dtype", dtype_name(t->type)}, {"shape", shape}, {"file", file}, {"offset", offset},
+                        {"length", t->nbytes}});
+  };
+  for (TensorRole r : all_tensor_roles())
+    if (!is_layer_role(r)) put(r, -1);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    for (TensorRole r : all_tensor_roles())
+      if (is_layer_role(r)) put(r, l);
+    progress("weights", l + 1, n_layers);
+  }
+  for (auto& [_, w] : out) w->commit();
+  write_file_atomic((staging / "weight_manifest.json").string(), manifest.dump(1) + "\n", "weight_manifest.json");
+}
+
+}  // namespace
 
 ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (opt.level != vindex::ExtractLevel::Browse)
-    throw Error(ErrorKind::Unsupported, std::string("extract level \"") + vindex::extract_level_name(opt.level) +
-                                            "\" is not built yet (only \"browse\": gate vectors, embeddings, down_meta, tokenizer)");
+  if (opt.level == vindex::ExtractLevel::Attention)
+    throw Error(ErrorKind::Unsupported, "extract level \"attention\" is not built yet (browse, inference and all are)");
+  const bool weights = opt.level >= vindex::ExtractLevel::Inference;
+  if (weights && opt.quant != "keep")
+    throw Error(ErrorKind::Unsupported, "--quant \"" + opt.quant + "\" is not built yet (only keep: the source's own blocks)");
   if (vindex::dtype_size(opt.dtype) == 0)
     throw Error(ErrorKind::InvalidArgument, "--dtype \"" + opt.dtype + "\" is not one of f32, f16, bf16");
   if (opt.down_top_k < 1 || opt.down_top_k > 4096)
@@ -153,10 +201,11 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     x.embed_scale = c.embed_scale;
     x.extract_level = opt.level;
     x.dtype = opt.dtype;
-    x.quant = "none";
+    x.quant = weights ? "keep" : "none";
+    x.has_model_weights = weights;
     x.down_top_k = opt.down_top_k;
     x.layer_bands = vindex::default_layer_bands(c.arch, c.n_layers);
-    x.model_config_json = model_config_json(c);
+    x.model_config_json = config_to_json(c);
 
     // Gate vectors, layer by layer.
     {
@@ -212,6 +261,8 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
       write_file_atomic((staging / "tokenizer.json").string(), hf.tokenizer_json, "tokenizer.json");
       write_file_atomic((staging / "tokenizer_config.json").string(), hf.tokenizer_config_json, "tokenizer_config.json");
     }
+    // Model weights in their source blocks, named by weight_manifest.json.
+    if (weights) write_weights(model, staging, progress);
     // Checksums of every file, then index.json.
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(staging, ec)) files.push_back(e.path());

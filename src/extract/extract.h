@@ -14,6 +14,9 @@ namespace larql::extract {
 struct ExtractOptions {
   vindex::ExtractLevel level = vindex::ExtractLevel::Browse;
   std::string dtype = "f16";  ///< side-channel floats: f32, f16 or bf16
+  /// Model weights at level inference and above: "keep" (the source's own blocks, byte for byte);
+  /// "none" (floats) and "q4k" are not built yet. Ignored at browse level.
+  std::string quant = "keep";
   int down_top_k = 10;        ///< tokens per feature in down_meta.bin, [1, 4096]
   int threads = 0;            ///< <= 0: all cores
   bool force = false;         ///< replace an existing output directory
@@ -37,12 +40,14 @@ struct ExtractResult {
 /// Browse level writes gate_vectors.bin, embeddings.bin, down_meta.bin (per feature the top-K
 /// tokens of token_embd · W_down[:, f], exact scores; tokens that decode to nothing skipped),
 /// tokenizer.json, tokenizer_config.json and index.json.
-/// Errors: Unsupported for a level above browse (not built yet); InvalidArgument for a bad
+/// Level inference (and all, the same here) adds every tensor of the model in its source blocks
+/// (`quant = keep`): attn_weights.bin, ffn_weights.bin, norms.bin, embed_weights.bin, each
+/// tensor 64-byte aligned, named by weight_manifest.json (role, layer, dtype, shape, file,
+/// offset, length); such a vindex runs (Model::load of the directory) with logits bit-identical
+/// to the source's.
+/// Errors: Unsupported for attention level or quant other than keep (not built yet); InvalidArgument for a bad
 /// dtype or top-k, or an existing `out_dir` without `force`; NotFound for a missing parent
 /// directory; Io from the writes (the staging directory is removed).
 ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt);
-
-/// The model's configuration as the JSON object index.json stores as `model_config`.
-std::string model_config_json(const ModelConfig& c);
 
 }  // namespace larql::extract

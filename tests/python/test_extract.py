@@ -1,6 +1,7 @@
-"""`larql extract` (browse level) on the default model, checked against independent readers.
+"""`larql extract` on the default model, checked against independent readers.
 
-One extract (f16, the default) is shared by the module. Expected values come from the `gguf`
+One extract (level inference: the browse files plus every weight in its GGUF blocks; f16 side
+channels) is shared by the module. Expected values come from the `gguf`
 package's dequantisation and numpy, the `tokenizers` package and llama.cpp's golden ids:
 - gate_vectors.bin / embeddings.bin rows equal the GGUF tensors dequantised and rounded to f16;
 - down_meta.bin (read with numpy from the layout in docs/vindex-format.md) equals numpy's float64
@@ -9,6 +10,7 @@ package's dequantisation and numpy, the `tokenizers` package and llama.cpp's gol
 - tokenizer.json, loaded by the `tokenizers` package, gives llama.cpp's ids;
 - `larql verify` catches a flipped byte in each file, a missing or unlisted file, a truncated
   index.json and a checksum key outside the directory;
+- the vindex runs: `larql perplexity` on it gives logits bit-identical to the GGUF's;
 - `kill -9` at random points of an extract (5 times) leaves nothing at the target that verify
   accepts, and the next extract completes.
 """
@@ -40,8 +42,8 @@ pytestmark = pytest.mark.usefixtures("larql_bin", "model_path")
 @pytest.fixture(scope="module")
 def vindex(larql_bin, model_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("vx") / "gemma.vindex"
-    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(out), "--json", "-t", str(peer.THREADS)],
-                       capture_output=True, text=True, timeout=1800)
+    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(out), "--level", "inference", "--json",
+                        "-t", str(peer.THREADS)], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     print(f"\n[extract] {info}")
@@ -55,13 +57,34 @@ def gguf(model_path):
 
 def test_index_describes_the_model(vindex):
     idx = json.loads((vindex / "index.json").read_text())
-    assert idx["vindex_spec_version"] == 1 and idx["family"] == "gemma3" and idx["extract_level"] == "browse"
+    assert idx["vindex_spec_version"] == 1 and idx["family"] == "gemma3" and idx["extract_level"] == "inference"
+    assert idx["quant"] == "keep" and idx["has_model_weights"] is True
     assert idx["num_layers"] == 18 and idx["hidden_size"] == 640 and idx["intermediate_size"] == 2048
     assert idx["vocab_size"] == 262144 and idx["dtype"] == "f16"
     assert abs(idx["embed_scale"] - 640 ** 0.5) < 1e-4
     files = {p.name for p in vindex.iterdir()} - {"index.json"}
     assert set(idx["checksums"]) == files
-    assert files == {"gate_vectors.bin", "embeddings.bin", "down_meta.bin", "tokenizer.json", "tokenizer_config.json"}
+    assert files == {"gate_vectors.bin", "embeddings.bin", "down_meta.bin", "tokenizer.json", "tokenizer_config.json",
+                     "attn_weights.bin", "ffn_weights.bin", "norms.bin", "embed_weights.bin", "weight_manifest.json"}
+
+
+def test_the_vindex_runs_with_the_ggufs_logits(larql_bin, model_path, vindex, tmp_path):
+    text = peer.DATA_DIR / "long_text_gpl3.txt"
+    a, b = tmp_path / "gguf.npy", tmp_path / "vindex.npy"
+    ra = peer.larql_perplexity(text, logits_out=a, max_tokens=96, model=model_path)
+    rb = peer.larql_perplexity(text, logits_out=b, max_tokens=96, model=vindex)
+    assert ra["ids"] == rb["ids"]
+    np.testing.assert_array_equal(np.load(a), np.load(b))
+    # Weights in the GGUF's own blocks, byte for byte.
+    mm, _, table = read_gguf(model_path)
+    manifest = json.loads((vindex / "weight_manifest.json").read_text())
+    assert len(manifest) == len(table)
+    for e in manifest:
+        ttype, dims, offset = table[e["key"]]
+        assert e["dtype"] == ttype.name
+        raw = (vindex / e["file"]).open("rb")
+        raw.seek(e["offset"])
+        assert raw.read(e["length"]) == bytes(mm[offset:offset + e["length"]]), e["key"]
 
 
 def test_gate_vectors_and_embeddings_are_the_weights(vindex, gguf):
@@ -173,7 +196,7 @@ def test_verify_catches_damage(larql_bin, vindex):
 def test_verify_reports_bad_directories(larql_bin, vindex, tmp_path):
     small = tmp_path / "small.vindex"
     small.mkdir()
-    for name in ("index.json", "tokenizer_config.json", "down_meta.bin"):
+    for name in ("index.json", "tokenizer_config.json", "down_meta.bin", "norms.bin", "weight_manifest.json"):
         shutil.copy(vindex / name, small / name)
     r = verify(larql_bin, small)
     assert r.returncode != 0 and "embeddings.bin: missing" in r.stdout and "gate_vectors.bin: missing" in r.stdout
@@ -194,7 +217,10 @@ def test_verify_reports_bad_directories(larql_bin, vindex, tmp_path):
 def test_extract_refuses_to_overwrite_and_bad_flags(larql_bin, model_path, vindex):
     r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(vindex)], capture_output=True, text=True)
     assert r.returncode == 1 and "already exists (use --force" in r.stderr
-    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(vindex) + "2", "--level", "inference"],
+    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(vindex) + "2", "--level", "inference",
+                        "--quant", "q4k"], capture_output=True, text=True)
+    assert r.returncode == 1 and "not built yet" in r.stderr
+    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(vindex) + "2", "--level", "attention"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "not built yet" in r.stderr
     r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", "/nonexistent/dir/x.vindex"], capture_output=True,
