@@ -248,3 +248,33 @@ def test_killed_extracts_leave_nothing_verify_accepts(larql_bin, model_path, tmp
     assert r.returncode == 0, r.stderr
     assert verify(larql_bin, target).returncode == 0
     assert [p.name for p in tmp_path.iterdir()] == ["k.vindex"]
+
+
+def test_a_damaged_manifest_is_a_clear_error(larql_bin, vindex, tmp_path):
+    bad = tmp_path / "bad.vindex"
+    bad.mkdir()
+    for p in vindex.iterdir():
+        if p.name != "weight_manifest.json":
+            os.symlink(p, bad / p.name)
+    manifest = json.loads((vindex / "weight_manifest.json").read_text())
+
+    def run_with(entries, needle):
+        (bad / "weight_manifest.json").write_text(json.dumps(entries))
+        r = subprocess.run([str(larql_bin), "run", str(bad), "Hello", "-n", "1"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and needle in r.stderr, r.stderr
+
+    e = [dict(x) for x in manifest]
+    e[3]["file"] = "../x"
+    run_with(e, "entry 3: file \"../x\" is not a checksummed file of the vindex")
+    e = [dict(x) for x in manifest]
+    e[5]["offset"] = 10 ** 12
+    run_with(e, "entry 5: bytes 1000000000000+")
+    e = [dict(x) for x in manifest]
+    e[7]["length"] += 1
+    run_with(e, "entry 7: length")
+    e = [dict(x) for x in manifest] + [dict(manifest[0])]
+    run_with(e, "given twice")
+    run_with(manifest[:-1], "tensor 'post_ffn_norm[17]' is missing")  # Model::load names it
+    (bad / "weight_manifest.json").write_text("[{")
+    r = subprocess.run([str(larql_bin), "run", str(bad), "Hello", "-n", "1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "weight_manifest.json: not valid JSON" in r.stderr, r.stderr
