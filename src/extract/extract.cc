@@ -226,12 +226,20 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
       write_rows(out, w.token_embd, opt.dtype, [&](int64_t rows) { progress("embeddings", rows, w.token_embd.rows); });
       out.commit();
     }
-    // down_meta: per layer, every feature's top-K tokens.
-    const Tokenizer tok(model.source().vocabulary());
+    // Tokenizer files, and the tokens down_meta skips (those that decode to nothing); the
+    // vocabulary is released before the down_meta pass.
+    std::vector<uint8_t> skip(static_cast<size_t>(w.token_embd.rows), 0);
     {
-      std::vector<uint8_t> skip(static_cast<size_t>(w.token_embd.rows), 0);
+      VocabData vocab = model.source().vocabulary();
+      const HfTokenizerFiles hf = to_hf_tokenizer(vocab);
+      write_file_atomic((staging / "tokenizer.json").string(), hf.tokenizer_json, "tokenizer.json");
+      write_file_atomic((staging / "tokenizer_config.json").string(), hf.tokenizer_config_json, "tokenizer_config.json");
+      const Tokenizer tok(std::move(vocab));
       for (int64_t t = 0; t < w.token_embd.rows && t < tok.vocab_size(); ++t)
         skip[static_cast<size_t>(t)] = decodes_to_nothing(tok, static_cast<int32_t>(t)) ? 1 : 0;
+    }
+    // down_meta: per layer, every feature's top-K tokens.
+    {
       ThreadPool pool(opt.threads);
       vindex::DownMetaWriter dm((staging / "down_meta.bin").string(), static_cast<uint32_t>(c.n_layers),
                                 static_cast<uint32_t>(opt.down_top_k));
@@ -254,12 +262,6 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
         progress("down_meta", l + 1, c.n_layers);
       }
       dm.commit();
-    }
-    // Tokenizer files.
-    {
-      const HfTokenizerFiles hf = to_hf_tokenizer(model.source().vocabulary());
-      write_file_atomic((staging / "tokenizer.json").string(), hf.tokenizer_json, "tokenizer.json");
-      write_file_atomic((staging / "tokenizer_config.json").string(), hf.tokenizer_config_json, "tokenizer_config.json");
     }
     // Model weights in their source blocks, named by weight_manifest.json.
     if (weights) write_weights(model, staging, progress);

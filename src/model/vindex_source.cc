@@ -138,7 +138,10 @@ std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
   std::string digests;
   for (const auto& [name, sum] : x.checksums) digests += name + ":" + sum + "\n";
   s->fingerprint_ = "vindex-sha256-" + vindex::sha256_hex(digests.data(), digests.size());
-  const VocabData v = s->vocabulary();
+  const fs::path d(dir);
+  const std::string tok_config = fs::exists(d / "tokenizer_config.json") ? read_small_file(d / "tokenizer_config.json", 64u << 20) : "";
+  s->vocab_ = vocab_from_hf_tokenizer(read_small_file(d / "tokenizer.json", 256u << 20), tok_config);
+  const VocabData& v = s->vocab_;
   s->specials_ = SpecialTokens{v.bos_id, v.eos_id, v.eot_id, v.pad_id, v.unk_id, v.add_bos};
   return s;
 }
@@ -166,12 +169,6 @@ std::vector<SourceTensor> VindexSource::tensors() const {
   std::vector<SourceTensor> out;
   for (const Entry& e : entries_) out.push_back(e.tensor);
   return out;
-}
-
-VocabData VindexSource::vocabulary() const {
-  const fs::path d(dir_);
-  const std::string config = fs::exists(d / "tokenizer_config.json") ? read_small_file(d / "tokenizer_config.json", 64u << 20) : "";
-  return vocab_from_hf_tokenizer(read_small_file(d / "tokenizer.json", 256u << 20), config);
 }
 
 std::vector<MetadataEntry> VindexSource::metadata() const {

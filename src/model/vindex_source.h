@@ -39,7 +39,8 @@ class VindexSource final : public WeightSource {
   std::optional<SourceTensor> tensor(TensorRole role, int64_t layer = -1) const override;
   std::string tensor_name(TensorRole role, int64_t layer = -1) const override;
   std::vector<SourceTensor> tensors() const override;
-  VocabData vocabulary() const override;
+  /// A copy of the vocabulary read at open.
+  VocabData vocabulary() const override { return vocab_; }
   const SpecialTokens& special_tokens() const override { return specials_; }
   std::vector<MetadataEntry> metadata() const override;
   uint64_t byte_size() const override { return bytes_; }
@@ -61,6 +62,7 @@ class VindexSource final : public WeightSource {
   ModelConfig config_;
   SpecialTokens specials_;
   std::string fingerprint_;
+  VocabData vocab_;  ///< parsed once at open (tokenizer.json is ~14 MB of JSON)
   uint64_t bytes_ = 0;
   std::map<std::string, std::shared_ptr<MappedFile>> files_;
   std::vector<Entry> entries_;

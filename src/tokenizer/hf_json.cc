@@ -90,21 +90,40 @@ HfTokenizerFiles to_hf_tokenizer(const VocabData& v) {
                   {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
                                                     {{"type", "ByteFallback"}},
                                                     {{"type", "Fuse"}}})}};
-  json vocab = json::object();
-  for (size_t i = 0; i < n; ++i) vocab[v.tokens[i]] = i;
-  json mlist = json::array();
-  for (const Merge& m : merges)
-    mlist.push_back(json::array({v.tokens[static_cast<size_t>(m.left)], v.tokens[static_cast<size_t>(m.right)]}));
-  j["model"] = {{"type", "BPE"},
+  // The vocabulary and the merges (~500k) are written as text, not built as a JSON document
+  // (that would cost ~20x their size in memory during an extract).
+  json model = {{"type", "BPE"},
                 {"dropout", nullptr},
                 {"unk_token", v.unk_id >= 0 ? json(token_or_empty(v, v.unk_id)) : json(nullptr)},
                 {"continuing_subword_prefix", nullptr},
                 {"end_of_word_suffix", nullptr},
                 {"fuse_unk", true},
                 {"byte_fallback", true},
-                {"ignore_merges", false},
-                {"vocab", vocab},
-                {"merges", mlist}};
+                {"ignore_merges", false}};
+  std::string text = model.dump();
+  text.pop_back();  // the closing '}'
+  text += ",\"vocab\":{";
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) text += ',';
+    text += json(v.tokens[i]).dump();
+    text += ':';
+    text += std::to_string(i);
+  }
+  text += "},\"merges\":[";
+  for (size_t i = 0; i < merges.size(); ++i) {
+    if (i > 0) text += ',';
+    text += '[';
+    text += json(v.tokens[static_cast<size_t>(merges[i].left)]).dump();
+    text += ',';
+    text += json(v.tokens[static_cast<size_t>(merges[i].right)]).dump();
+    text += ']';
+  }
+  text += "]}";
+  std::string top = j.dump();
+  top.pop_back();
+  top += ",\"model\":";
+  top += text;
+  top += '}';
 
   json c;
   auto put = [&](const char* key, int32_t id) {
@@ -120,7 +139,7 @@ HfTokenizerFiles to_hf_tokenizer(const VocabData& v) {
   c["add_space_prefix"] = v.add_space_prefix;
   if (!v.chat_template.empty()) c["chat_template"] = v.chat_template;
   c["tokenizer_class"] = "PreTrainedTokenizerFast";
-  return HfTokenizerFiles{j.dump(), c.dump(2) + "\n"};
+  return HfTokenizerFiles{std::move(top), c.dump(2) + "\n"};
 }
 
 VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
