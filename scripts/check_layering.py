@@ -24,13 +24,14 @@ LAYERS = {
     "lql": ["util"],
     "quant": ["util"],
     "compute": ["quant"],
-    "model": ["compute", "formats", "tokenizer"],
+    "model": ["compute", "formats", "tokenizer", "vindex"],
     "tokenizer": ["formats"],
     "inference": ["model"],
+    "extract": ["model", "vindex"],
     "boundary": ["util"],
     "kv": ["inference", "boundary", "tokenizer"],
     "accuracy": ["kv"],
-    "cli": ["kv", "accuracy"],
+    "cli": ["kv", "accuracy", "extract"],
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')

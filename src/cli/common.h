@@ -93,6 +93,7 @@ void register_engines(CLI::App& app);
 void register_accuracy(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_apollo(CLI::App& app);
+void register_extract(CLI::App& app);  // extract, convert gguf-to-vindex, verify
 
 /// Write to stdout and flush. Error{Io} naming stdout and the OS reason (a closed pipe, a full
 /// disk), so streaming stops at the first failed write.

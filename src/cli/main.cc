@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   larql::cli::register_accuracy(app);
   larql::cli::register_calibrate(app);
   larql::cli::register_apollo(app);
+  larql::cli::register_extract(app);
   // Name an unknown verb instead of CLI11's generic "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

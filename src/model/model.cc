@@ -1,6 +1,9 @@
 #include "model/model.h"
 
+#include <filesystem>
+
 #include "model/gguf_source.h"
+#include "model/vindex_source.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -60,7 +63,11 @@ class Loader {
 
 }  // namespace
 
-std::shared_ptr<Model> Model::load(const std::string& path) { return load(GgufSource::open(path)); }
+std::shared_ptr<Model> Model::load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return load(VindexSource::open(path));
+  return load(GgufSource::open(path));
+}
 
 std::shared_ptr<Model> Model::load(std::shared_ptr<const WeightSource> source) {
   if (source == nullptr) throw Error(ErrorKind::InvalidArgument, "Model::load: no weight source");

@@ -44,9 +44,10 @@ struct ModelWeights {
 /// alive.
 class Model {
  public:
-  /// Open a GGUF file (GgufSource::open) and load() it. Errors: NotFound/Io (file), Format (bad
-  /// GGUF, missing tensor, wrong shape — naming the tensor and the expected shape), Unsupported
-  /// (architecture or dtype).
+  /// Open a GGUF file (GgufSource::open) or a vindex directory (VindexSource::open) and load()
+  /// it. Errors: NotFound/Io (file), Format (bad GGUF or vindex, missing tensor, wrong shape —
+  /// naming the tensor and the expected shape), Unsupported (architecture, dtype, a vindex
+  /// without model weights).
   static std::shared_ptr<Model> load(const std::string& path);
   /// Build the weights from a source: every tensor the config needs, shape-checked by role.
   /// Errors: Format/Unsupported as above, naming the source's tensor.

@@ -62,6 +62,7 @@ def fixtures(tmp_path_factory, model_path):
         "calibrate": ["calibrate", model_path, "--budget", "0.01", "-o", d / "r.json", "--corpus", text],
         "apollo build": ["apollo", "build", text, "-o", d / "s.store", "-m", model_path],
         "apollo eval": ["apollo", "eval", text, questions, "-m", model_path, "--no-standard"],
+        "extract": ["extract", model_path, "-o", d / "x.vindex"],
     }
     return base
 

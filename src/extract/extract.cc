@@ -1,0 +1,304 @@
+#include "extract/extract.h"
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "compute/top_k_rows.h"
+#include "model/config_json.h"
+#include "model/vindex_source.h"
+#include "quant/quant.h"
+#include "tokenizer/hf_json.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/half.h"
+#include "util/thread_pool.h"
+#include "vindex/down_meta_file.h"
+#include "vindex/sha256.h"
+
+namespace larql::extract {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Append n f32 values as `dtype` to `out`.
+void put_values(std::vector<uint8_t>& out, const float* x, int64_t n, const std::string& dtype) {
+  const size_t at = out.size();
+  if (dtype == "f32") {
+    out.resize(at + static_cast<size_t>(n) * 4);
+    std::memcpy(out.data() + at, x, static_cast<size_t>(n) * 4);
+    return;
+  }
+  out.resize(at + static_cast<size_t>(n) * 2);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = dtype == "f16" ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+    std::memcpy(out.data() + at + static_cast<size_t>(i) * 2, &h, 2);
+  }
+}
+
+// Write every row of `w` as `dtype` through `out`, calling tick(rows done) now and then.
+void write_rows(AtomicWriter& out, const TensorView& w, const std::string& dtype, const std::function<void(int64_t)>& tick) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  std::vector<uint8_t> buf;
+  constexpr int64_t kRowsPerWrite = 256;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    quant::dequantize_row(w.type, w.row(r), row.data(), w.cols);
+    put_values(buf, row.data(), w.cols, dtype);
+    if ((r + 1) % kRowsPerWrite == 0 || r + 1 == w.rows) {
+      out.write(buf.data(), buf.size());
+      buf.clear();
+      if (tick) tick(r + 1);
+    }
+  }
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Trimmed text of a token as down_meta's readers show it; "" for a token that shows nothing.
+bool decodes_to_nothing(const Tokenizer& tok, int32_t id) {
+  const std::string s = tok.decode({id}, /*skip_special=*/true);
+  for (unsigned char c : s)
+    if (!std::isspace(c)) return false;
+  return true;
+}
+
+// Which weights file a role's tensor goes to.
+const char* weights_file(TensorRole r) {
+  switch (r) {
+    case TensorRole::TokenEmbd:
+    case TensorRole::Output: return "embed_weights.bin";
+    case TensorRole::FfnGate:
+    case TensorRole::FfnUp:
+    case TensorRole::FfnDown: return "ffn_weights.bin";
+    case TensorRole::AttnQ:
+    case TensorRole::AttnK:
+    case TensorRole::AttnV:
+    case TensorRole::AttnOutput:
+    case TensorRole::AttnQBias:
+    case TensorRole::AttnKBias:
+    case TensorRole::AttnVBias: return "attn_weights.bin";
+    default: return "norms.bin";
+  }
+}
+
+void write_weights(const Model& model, const fs::path& staging,
+                   const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
+  const WeightSource& src = model.source();
+  const int64_t n_layers = model.config().n_layers;
+  std::map<std::string, std::unique_ptr<AtomicWriter>> out;
+  json manifest = json::array();
+  static const uint8_t zeros[64] = {};
+  auto put = [&](TensorRole role, int64_t layer) {
+    const auto t = src.tensor(role, layer);
+    if (!t) return;
+    const std::string file = weights_file(role);
+    auto& w = out[file];
+    if (!w) w = std::make_unique<AtomicWriter>((staging / file).string(), file);
+    if (w->size() % 64 != 0) w->write(zeros, 64 - w->size() % 64);
+    const uint64_t offset = w->size();
+    w->write(t->data, t->nbytes);
+    json shape = json::array();
+    if (t->dims.size() >= 2) {
+      uint64_t rows = 1;
+      for (size_t i = 1; i < t->dims.size(); ++i) rows *= t->dims[i];
+      shape = {rows, t->dims[0]};
+    } else {
+      shape = {t->dims.empty() ? 1 : t->dims[0]};
+    }
+    manifest.push_back({{"role", tensor_role_name(role)}, {"layer", layer}, {"key", t->name}, {"kind", "tensor"},
+                        {"dtype", dtype_name(t->type)}, {"shape", shape}, {"file", file}, {"offset", offset},
+                        {"length", t->nbytes}});
+  };
+  for (TensorRole r : all_tensor_roles())
+    if (!is_layer_role(r)) put(r, -1);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    for (TensorRole r : all_tensor_roles())
+      if (is_layer_role(r)) put(r, l);
+    progress("weights", l + 1, n_layers);
+  }
+  for (auto& [_, w] : out) w->commit();
+  write_file_atomic((staging / "weight_manifest.json").string(), manifest.dump(1) + "\n", "weight_manifest.json");
+}
+
+}  // namespace
+
+ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (opt.level == vindex::ExtractLevel::Attention)
+    throw Error(ErrorKind::Unsupported, "extract level \"attention\" is not built yet (browse, inference and all are)");
+  const bool weights = opt.level >= vindex::ExtractLevel::Inference;
+  if (weights && opt.quant != "keep")
+    throw Error(ErrorKind::Unsupported, "--quant \"" + opt.quant + "\" is not built yet (only keep: the source's own blocks)");
+  if (vindex::dtype_size(opt.dtype) == 0)
+    throw Error(ErrorKind::InvalidArgument, "--dtype \"" + opt.dtype + "\" is not one of f32, f16, bf16");
+  if (opt.down_top_k < 1 || opt.down_top_k > 4096)
+    throw Error(ErrorKind::InvalidArgument, "--down-top-k " + std::to_string(opt.down_top_k) + " is outside [1, 4096]");
+  const fs::path target = fs::absolute(fs::path(out_dir)).lexically_normal();
+  if (target.filename().empty()) throw Error(ErrorKind::InvalidArgument, "output \"" + out_dir + "\" names no directory");
+  std::error_code ec;
+  if (!fs::is_directory(target.parent_path(), ec))
+    throw Error(ErrorKind::NotFound, "output directory's parent " + target.parent_path().string() + " does not exist");
+  if (fs::exists(target, ec) && !opt.force)
+    throw Error(ErrorKind::InvalidArgument, "output " + target.string() + " already exists (use --force to replace it)");
+  if (fs::exists(target, ec) && !fs::is_directory(target, ec))
+    throw Error(ErrorKind::InvalidArgument, "output " + target.string() + " exists and is not a directory");
+  // Staging directories of extracts that died (their process is gone) are removed; a live one's
+  // is left alone.
+  const std::string partial_prefix = target.filename().string() + ".partial-";
+  for (const auto& e : fs::directory_iterator(target.parent_path(), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(partial_prefix, 0) != 0) continue;
+    const long pid = std::strtol(n.c_str() + partial_prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
+  const fs::path staging = target.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(staging, ec);
+  if (!fs::create_directory(staging, ec))
+    throw Error(ErrorKind::Io, "cannot create " + staging.string() + ": " + ec.message());
+
+  auto progress = [&](const std::string& phase, int64_t done, int64_t total) {
+    if (opt.progress) opt.progress(phase, done, total);
+  };
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  try {
+    vindex::VindexIndex x;
+    x.model = c.name.empty() ? fs::path(model.path()).stem().string() : c.name;
+    x.family = c.arch;
+    x.source = vindex::Source{"gguf", fs::path(model.path()).filename().string(), model.fingerprint(), utc_now(), opt.larql_version};
+    x.num_layers = c.n_layers;
+    x.hidden_size = c.hidden;
+    x.intermediate_size = c.ffn;
+    x.vocab_size = w.token_embd.rows;
+    x.embed_scale = c.embed_scale;
+    x.extract_level = opt.level;
+    x.dtype = opt.dtype;
+    x.quant = weights ? "keep" : "none";
+    x.has_model_weights = weights;
+    x.down_top_k = opt.down_top_k;
+    x.layer_bands = vindex::default_layer_bands(c.arch, c.n_layers);
+    x.model_config_json = config_to_json(c);
+
+    // Gate vectors, layer by layer.
+    {
+      AtomicWriter out((staging / "gate_vectors.bin").string(), "gate_vectors.bin");
+      const uint64_t per_value = static_cast<uint64_t>(vindex::dtype_size(opt.dtype));
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        const TensorView& g = w.layers[static_cast<size_t>(l)].w_gate;
+        vindex::LayerSlot s{l, g.rows, out.size(), static_cast<uint64_t>(g.rows) * static_cast<uint64_t>(g.cols) * per_value};
+        write_rows(out, g, opt.dtype, nullptr);
+        x.layers.push_back(s);
+        progress("gate vectors", l + 1, c.n_layers);
+      }
+      out.commit();
+    }
+    // Embeddings (raw, unscaled).
+    {
+      AtomicWriter out((staging / "embeddings.bin").string(), "embeddings.bin");
+      write_rows(out, w.token_embd, opt.dtype, [&](int64_t rows) { progress("embeddings", rows, w.token_embd.rows); });
+      out.commit();
+    }
+    // Tokenizer files, and the tokens down_meta skips (those that decode to nothing); the
+    // vocabulary is released before the down_meta pass.
+    std::vector<uint8_t> skip(static_cast<size_t>(w.token_embd.rows), 0);
+    {
+      VocabData vocab = model.source().vocabulary();
+      const HfTokenizerFiles hf = to_hf_tokenizer(vocab);
+      write_file_atomic((staging / "tokenizer.json").string(), hf.tokenizer_json, "tokenizer.json");
+      write_file_atomic((staging / "tokenizer_config.json").string(), hf.tokenizer_config_json, "tokenizer_config.json");
+      const Tokenizer tok(std::move(vocab));
+      for (int64_t t = 0; t < w.token_embd.rows && t < tok.vocab_size(); ++t)
+        skip[static_cast<size_t>(t)] = decodes_to_nothing(tok, static_cast<int32_t>(t)) ? 1 : 0;
+    }
+    // down_meta: per layer, every feature's top-K tokens.
+    {
+      ThreadPool pool(opt.threads);
+      vindex::DownMetaWriter dm((staging / "down_meta.bin").string(), static_cast<uint32_t>(c.n_layers),
+                                static_cast<uint32_t>(opt.down_top_k));
+      compute::TopKOptions topt;
+      topt.top_k = opt.down_top_k;
+      topt.skip = &skip;
+      std::vector<float> row, cols;
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        const TensorView& d = w.layers[static_cast<size_t>(l)].w_down;  // [hidden, ffn]
+        row.resize(static_cast<size_t>(d.cols));
+        cols.resize(static_cast<size_t>(d.cols * d.rows));
+        for (int64_t r = 0; r < d.rows; ++r) {
+          quant::dequantize_row(d.type, d.row(r), row.data(), d.cols);
+          for (int64_t f = 0; f < d.cols; ++f) cols[static_cast<size_t>(f * d.rows + r)] = row[static_cast<size_t>(f)];
+        }
+        const auto top = compute::top_k_rows(pool, w.token_embd, cols.data(), d.cols, topt);
+        std::vector<vindex::TokenScore> entries(top.size());
+        for (size_t i = 0; i < top.size(); ++i) entries[i] = {static_cast<uint32_t>(top[i].row), top[i].score};
+        dm.add_layer(static_cast<uint32_t>(l), static_cast<uint32_t>(d.cols), entries);
+        progress("down_meta", l + 1, c.n_layers);
+      }
+      dm.commit();
+    }
+    // Model weights in their source blocks, named by weight_manifest.json.
+    if (weights) write_weights(model, staging, progress);
+    // Checksums of every file, then index.json.
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(staging, ec)) files.push_back(e.path());
+    if (ec) throw Error(ErrorKind::Io, "cannot list " + staging.string() + ": " + ec.message());
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < files.size(); ++i) {
+      x.checksums[files[i].filename().string()] = vindex::sha256_file(files[i].string());
+      bytes += fs::file_size(files[i]);
+      progress("checksums", static_cast<int64_t>(i + 1), static_cast<int64_t>(files.size()));
+    }
+    vindex::write_index(staging.string(), x);
+    bytes += fs::file_size(staging / "index.json");
+    fsync_dir(staging);
+
+    // Into place.
+    fs::path old;
+    if (fs::exists(target, ec)) {
+      old = target.string() + ".old-" + std::to_string(::getpid());
+      fs::rename(target, old, ec);
+      if (ec) throw Error(ErrorKind::Io, "cannot move the old " + target.string() + " aside: " + ec.message());
+    }
+    fs::rename(staging, target, ec);
+    if (ec) throw Error(ErrorKind::Io, "cannot rename " + staging.string() + " to " + target.string() + ": " + ec.message());
+    fsync_dir(target.parent_path());
+    if (!old.empty()) fs::remove_all(old, ec);
+    ExtractResult r;
+    r.index = std::move(x);
+    r.bytes = bytes;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
+
+}  // namespace larql::extract

@@ -1,0 +1,119 @@
+#include "model/config_json.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace larql {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) { throw Error(ErrorKind::Format, where + ": " + what); }
+
+const json& need(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) bad(where, std::string("model_config has no \"") + key + "\"");
+  return j.at(key);
+}
+int64_t count(const json& j, const char* key, const std::string& where, int64_t lo = 1) {
+  const json& v = need(j, key, where);
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() >= kMaxCount)
+    bad(where, std::string("model_config.") + key + " = " + v.dump() + " is not an integer in [" + std::to_string(lo) + ", 2^31)");
+  return v.get<int64_t>();
+}
+double number(const json& j, const char* key, const std::string& where) {
+  const json& v = need(j, key, where);
+  if (!v.is_number() || !std::isfinite(v.get<double>())) bad(where, std::string("model_config.") + key + " = " + v.dump() + " is not a finite number");
+  return v.get<double>();
+}
+bool flag(const json& j, const char* key, const std::string& where) {
+  const json& v = need(j, key, where);
+  if (!v.is_boolean()) bad(where, std::string("model_config.") + key + " must be true or false");
+  return v.get<bool>();
+}
+
+}  // namespace
+
+std::string config_to_json(const ModelConfig& c) {
+  json layers = json::array();
+  for (const LayerConfig& l : c.layers)
+    layers.push_back({{"sliding", l.sliding}, {"window", l.window}, {"rope_base", l.rope_base},
+                      {"rope_freq_scale", l.rope_freq_scale}, {"rope_form", l.rope_form == RopeForm::NeoX ? "neox" : "adjacent"}});
+  const json j = {{"arch", c.arch}, {"name", c.name}, {"n_layers", c.n_layers}, {"hidden", c.hidden}, {"ffn", c.ffn},
+                  {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim}, {"vocab", c.vocab},
+                  {"context_length", c.context_length}, {"norm_eps", c.norm_eps}, {"attn_scale", c.attn_scale},
+                  {"embed_scale", c.embed_scale}, {"final_logit_softcap", c.final_logit_softcap},
+                  {"attn_logit_softcap", c.attn_logit_softcap},
+                  {"activation", c.activation == Activation::GeluTanh ? "gelu_tanh" : "silu"},
+                  {"post_norms", c.post_norms}, {"qk_norm", c.qk_norm}, {"tied_embeddings", c.tied_embeddings},
+                  {"qkv_bias", c.qkv_bias}, {"layers", layers}};
+  return j.dump();
+}
+
+ModelConfig config_from_json(std::string_view text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    bad(where, std::string("model_config is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad(where, "model_config is not an object");
+  ModelConfig c;
+  const json& arch = need(j, "arch", where);
+  if (!arch.is_string()) bad(where, "model_config.arch must be a string");
+  c.arch = arch.get<std::string>();
+  const auto& archs = supported_architectures();
+  if (std::find(archs.begin(), archs.end(), c.arch) == archs.end())
+    throw Error(ErrorKind::Unsupported, where + ": architecture \"" + c.arch + "\" is not one this build runs");
+  c.name = j.value("name", std::string());
+  c.n_layers = count(j, "n_layers", where);
+  c.hidden = count(j, "hidden", where);
+  c.ffn = count(j, "ffn", where);
+  c.n_heads = count(j, "n_heads", where);
+  c.n_kv_heads = count(j, "n_kv_heads", where);
+  c.head_dim = count(j, "head_dim", where);
+  c.vocab = count(j, "vocab", where);
+  c.context_length = count(j, "context_length", where);
+  if (c.n_heads % c.n_kv_heads != 0) bad(where, "model_config.n_heads is not a multiple of n_kv_heads");
+  if (c.head_dim % 2 != 0 || c.head_dim > kMaxHeadDim) bad(where, "model_config.head_dim must be even and at most 1024");
+  c.norm_eps = static_cast<float>(number(j, "norm_eps", where));
+  if (!(c.norm_eps > 0 && c.norm_eps < 1)) bad(where, "model_config.norm_eps is outside (0, 1)");
+  c.attn_scale = static_cast<float>(number(j, "attn_scale", where));
+  c.embed_scale = static_cast<float>(number(j, "embed_scale", where));
+  c.final_logit_softcap = static_cast<float>(number(j, "final_logit_softcap", where));
+  c.attn_logit_softcap = static_cast<float>(number(j, "attn_logit_softcap", where));
+  const json& act = need(j, "activation", where);
+  if (act == "gelu_tanh") c.activation = Activation::GeluTanh;
+  else if (act == "silu") c.activation = Activation::Silu;
+  else bad(where, "model_config.activation " + act.dump() + " is not gelu_tanh or silu");
+  c.post_norms = flag(j, "post_norms", where);
+  c.qk_norm = flag(j, "qk_norm", where);
+  c.tied_embeddings = flag(j, "tied_embeddings", where);
+  c.qkv_bias = flag(j, "qkv_bias", where);
+  const json& layers = need(j, "layers", where);
+  if (!layers.is_array() || static_cast<int64_t>(layers.size()) != c.n_layers)
+    bad(where, "model_config.layers must list one entry per layer (" + std::to_string(c.n_layers) + ")");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const json& l = layers[i];
+    const std::string w = where + " model_config.layers[" + std::to_string(i) + "]";
+    if (!l.is_object()) bad(w, "not an object");
+    LayerConfig lc;
+    lc.sliding = flag(l, "sliding", w);
+    lc.window = lc.sliding ? count(l, "window", w) : 0;
+    lc.rope_base = number(l, "rope_base", w);
+    lc.rope_freq_scale = number(l, "rope_freq_scale", w);
+    if (!(lc.rope_base > 1) || !(lc.rope_freq_scale > 0)) bad(w, "rope_base must be > 1 and rope_freq_scale > 0");
+    const json& form = need(l, "rope_form", w);
+    if (form == "neox") lc.rope_form = RopeForm::NeoX;
+    else if (form == "adjacent") lc.rope_form = RopeForm::Adjacent;
+    else bad(w, "rope_form " + form.dump() + " is not neox or adjacent");
+    c.layers.push_back(lc);
+  }
+  return c;
+}
+
+}  // namespace larql

@@ -1,0 +1,42 @@
+// A vocabulary as Hugging Face tokenizer files and back: `tokenizer.json` (a `tokenizers` BPE
+// model with byte fallback) and `tokenizer_config.json` (the special tokens, add_bos, the chat
+// template). What a vindex stores so that its tokenizer loads without the GGUF, and so that
+// Hugging Face tools read it too.
+//
+// SentencePiece (SPM, GGUF "llama") to BPE, as Hugging Face converts SentencePiece models
+// (transformers' SentencePieceExtractor): the merges are every split of a NORMAL piece into two
+// NORMAL pieces, ordered by the piece's score (descending; equal scores keep vocabulary order,
+// then (left id, right id)). SPM's "merge the adjacent pair whose concatenation has the highest
+// score" and BPE's "apply the lowest-ranked merge" then pick the same pair, so both give the
+// same ids (tests/tokenizer/hf_json_test.cc checks the 246-string golden set). CONTROL and
+// USER_DEFINED tokens become added tokens (special = CONTROL), `<0xXX>` BYTE tokens serve the
+// byte fallback, spaces are replaced by U+2581 by the normalizer, BOS is added by the post
+// processor when add_bos.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "tokenizer/tokenizer.h"
+
+namespace larql {
+
+struct HfTokenizerFiles {
+  std::string tokenizer_json;
+  std::string tokenizer_config_json;
+};
+
+/// Write a vocabulary as Hugging Face files. Errors: Unsupported for a vocabulary whose model is
+/// not "llama" (SPM), naming it; InvalidArgument for arrays of unequal length.
+HfTokenizerFiles to_hf_tokenizer(const VocabData& vocab);
+
+/// Read them back. Scores are rebuilt from the merge ranks (a piece's score is minus the rank of
+/// the first merge that makes it), which orders merges as the original scores did; token types
+/// from the added tokens (special -> CONTROL, else USER_DEFINED) and the `<0xXX>` pattern (BYTE);
+/// special ids from tokenizer_config.json's bos/eos/pad/unk/eot tokens ("" config: none but the
+/// post processor's BOS). Errors: Format naming the field (not JSON, no BPE model, a merge of a
+/// piece that is not in the vocabulary, an id out of range or used twice, a special token that
+/// is not in the vocabulary); Unsupported for a model type other than BPE.
+VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json);
+
+}  // namespace larql
