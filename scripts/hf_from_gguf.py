@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
+from gemma3_numpy import HF_LAYER_NAMES  # noqa: E402
 from gguf_table import dequantize_tensor, read_gguf  # noqa: E402
 
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
@@ -100,15 +101,7 @@ def hf_name(gguf_name: str) -> str:
     if gguf_name in fixed:
         return fixed[gguf_name]
     _, layer, rest = gguf_name.split(".", 2)
-    per_layer = {
-        "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-        "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
-        "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
-        "attn_norm.weight": "input_layernorm.weight", "post_attention_norm.weight": "post_attention_layernorm.weight",
-        "ffn_norm.weight": "pre_feedforward_layernorm.weight", "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
-        "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
-        "ffn_down.weight": "mlp.down_proj.weight",
-    }
+    per_layer = {g: h for h, g in HF_LAYER_NAMES.items()}
     return f"model.layers.{layer}.{per_layer[rest]}"
 
 

@@ -61,20 +61,23 @@ const float* rope_table_row(int64_t pos, int64_t head_dim, double base, double f
   return t->v.data() + pos * head_dim;
 }
 
+// The [cos | sin] row of `pos` (head_dim floats): the per-thread table's below
+// kRopeTablePositions, else computed into `own`.
+const float* rope_cos_sin(int64_t pos, int64_t head_dim, double base, double freq_scale, std::vector<float>& own) {
+  if (const float* row = rope_table_row(pos, head_dim, base, freq_scale)) return row;
+  own.resize(static_cast<size_t>(head_dim));
+  rope_angles(pos, head_dim, base, freq_scale, own.data());
+  return own.data();
+}
+
 }  // namespace
 
 void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base,
                double freq_scale) {
   const int64_t half = head_dim / 2;
-  const float* cs = rope_table_row(pos, head_dim, base, freq_scale);
   std::vector<float> own;
-  if (cs == nullptr) {
-    own.resize(static_cast<size_t>(head_dim));
-    rope_angles(pos, head_dim, base, freq_scale, own.data());
-    cs = own.data();
-  }
-  const float* c = cs;
-  const float* s = cs + half;
+  const float* c = rope_cos_sin(pos, head_dim, base, freq_scale, own);
+  const float* s = c + half;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
     for (int64_t i = 0; i < half; ++i) {
@@ -92,15 +95,9 @@ void add_bias_rows(float* x, const float* b, int64_t rows, int64_t n) {
 
 void rope_adjacent(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale) {
   const int64_t half = head_dim / 2;
-  const float* cs = rope_table_row(pos, head_dim, base, freq_scale);
   std::vector<float> own;
-  if (cs == nullptr) {
-    own.resize(static_cast<size_t>(head_dim));
-    rope_angles(pos, head_dim, base, freq_scale, own.data());
-    cs = own.data();
-  }
-  const float* c = cs;
-  const float* s = cs + half;
+  const float* c = rope_cos_sin(pos, head_dim, base, freq_scale, own);
+  const float* s = c + half;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
     for (int64_t i = 0; i < half; ++i) {

@@ -69,8 +69,9 @@ def load_gguf(path: Path) -> dict:
     return w
 
 
-# Hugging Face Gemma 3 names -> the GGUF names the forward pass uses.
-_HF_LAYER = {
+# Hugging Face Gemma 3 per-layer names -> the GGUF names the forward pass uses (also used by
+# scripts/hf_from_gguf.py the other way round).
+HF_LAYER_NAMES = {
     "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
     "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
@@ -112,7 +113,7 @@ def load_hf(directory: Path) -> dict:
                 key = "output.weight"
             else:
                 _, _, layer, rest = name.split(".", 3)
-                key = f"blk.{layer}.{_HF_LAYER[rest]}"
+                key = f"blk.{layer}.{HF_LAYER_NAMES[rest]}"
             arr = arr.astype(np.float32)
             w[key] = arr + 1.0 if key.endswith("norm.weight") else arr
     return w
