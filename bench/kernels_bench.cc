@@ -9,11 +9,17 @@
 //   Int8Peak/<isa>               a register-only chain of int8 dot instructions: the int8 peak.
 //   Attention/<keys>             compute::attend_group, 4 heads of 256 over `keys` K/V rows.
 //
+// `--isa=scalar|avx2|avx512` (or $LARQL_ISA, as for the CLI) lowers the instruction set every
+// kernel family uses; the rest of the arguments go to Google Benchmark.
+//
 // Timings are recorded, never asserted (docs/BENCHMARKS.md).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <random>
 #include <vector>
 
@@ -222,4 +228,30 @@ BENCHMARK(BM_Attention)->Arg(256)->Arg(512);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  // The ISA is chosen before any kernel runs, as in the CLI (src/cli/main.cc).
+  const char* isa = std::getenv("LARQL_ISA");
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a.rfind("--isa=", 0) == 0) {
+      isa = argv[i] + 6;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  if (isa != nullptr && *isa != '\0') {
+    try {
+      quant::set_isa(quant::parse_isa(isa));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "larql_kernel_bench: %s\n", e.what());
+      return 2;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
