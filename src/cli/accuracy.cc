@@ -34,7 +34,7 @@ void run(const AccuracyArgs& a) {
                 "--corpus must be parametric, in-context, conflict or all (got '" + a.corpus + "')");
   const char* env_data = std::getenv("LARQL_ACCURACY_DATA");  // the library reads no environment
   const std::string data_dir = accuracy::find_data_dir(a.data, env_data != nullptr ? env_data : "");
-  Loaded l = load(a.model, a.threads);
+  Loaded l = load(a.model, a.threads, "accuracy");
   const auto cases =
       accuracy::build_cases(l.tokenizer, corpora, a.quick, data_dir, l.model->config().context_length);
   std::map<std::string, int64_t> case_count;

@@ -68,7 +68,7 @@ struct EvalArgs {
 void eval(const EvalArgs& a) {
   const std::string text = read_text_file(a.document, "the document", a.max_input_bytes);
   const auto items = accuracy::parse_qa_jsonl(read_text_file(a.questions, "the questions file", a.max_input_bytes));
-  Loaded l = load(a.model, a.threads);
+  Loaded l = load(a.model, a.threads, "apollo");
   // Without --store: a temporary store (a fresh, exclusively created file), removed however
   // this function ends.
   struct TempFile {

@@ -81,7 +81,7 @@ std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
 // lm_head and greedy tokens. Aggregate tok/s = N / median step time (step + logits + argmax).
 void run_batch(const BenchArgs& a) {
   const std::vector<int64_t>& sizes = a.batch;
-  Loaded l = load(a.model, a.threads);
+  Loaded l = load(a.model, a.threads, "bench");
   const ModelConfig& c = l.model->config();
   if (a.prompt_tokens + a.decode_tokens > c.context_length)
     throw Error(ErrorKind::ContextOverflow, "--prompt-tokens + --decode-tokens exceed the context of " +
@@ -144,7 +144,7 @@ void run(const BenchArgs& a) {
   if (a.prompt_tokens < 1 || a.decode_tokens < 1)
     throw Error(ErrorKind::InvalidArgument, "--prompt-tokens and --decode-tokens must be >= 1");
   const std::vector<EngineSpec> specs = parse_cli_engine_list(a.engines);  // fail before loading
-  Loaded l = load(a.model, a.threads);
+  Loaded l = load(a.model, a.threads, "bench");
   const ModelConfig& c = l.model->config();
   if (a.prompt_tokens + a.decode_tokens > c.context_length)
     throw Error(ErrorKind::ContextOverflow, "--prompt-tokens + --decode-tokens exceed the context of " +

@@ -35,7 +35,7 @@ void run(const CalibrateArgs& a) {
                                             "(the default, " + gpl + ", is not on this machine)");
   const std::string text = read_text_file(file, "the corpus", a.max_input_bytes);
   const std::string& source = file;
-  Loaded l = load(a.model, a.threads);
+  Loaded l = load(a.model, a.threads, "calibrate");
   // -o, else the spec's record (the CLI sets it from $LARQL_BPL_RECORD), else <model>.bpl.json.
   const std::string record = spec.get_string("record", "");
   const std::string out = !a.out.empty() ? a.out : !record.empty() ? record : bpl_record_path(l.model->path());

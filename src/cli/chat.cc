@@ -41,7 +41,7 @@ extern "C" void on_sigint(int) {
 void run(ChatArgs& a) {
   const EngineSpec spec = parse_cli_engine_spec(a.engine);
   resolve_seed(a.sampler, a.seed_set);
-  Loaded l = load(a.model, a.threads);
+  Loaded l = load(a.model, a.threads, "chat");
   Session session(l.forward, l.tokenizer, spec, SessionOptions{});
   if (!session.engine().info().note.empty()) std::fprintf(stderr, "note: %s\n", session.engine().info().note.c_str());
   std::vector<ChatMessage> history;

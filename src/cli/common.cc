@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "model/vindex_source.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -44,8 +45,13 @@ std::string resolve_model(const std::string& name) {
                                                       : " (available: " + avail + ")"));
 }
 
-Loaded load(const std::string& model, int threads) {
+Loaded load(const std::string& model, int threads, const std::string& verb) {
   const std::string path = resolve_model(model);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const std::string why = vindex_not_runnable_reason(path, vindex::read_index(path), verb);
+    if (!why.empty()) throw Error(ErrorKind::Unsupported, why);
+  }
   const unsigned cores = std::thread::hardware_concurrency();
   if (threads > 0 && cores > 0 && static_cast<unsigned>(threads) > cores)
     std::fprintf(stderr, "warning: --threads %d is more than this machine's %u cores; it runs many times slower\n", threads,

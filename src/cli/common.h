@@ -24,8 +24,10 @@ struct Loaded {
   std::shared_ptr<Forward> forward;
   Tokenizer tokenizer;
 };
-/// Resolve, load and bind to `threads` threads (<= 0: all cores).
-Loaded load(const std::string& model, int threads);
+/// Resolve, load and bind to `threads` threads (<= 0: all cores). A vindex that cannot run a
+/// model (level browse or attention) is Error{Unsupported} naming its level, what it holds and
+/// that `verb` needs level inference.
+Loaded load(const std::string& model, int threads, const std::string& verb = "run");
 
 /// The conversation in the model's own chat format (chat_format_of: the vocabulary's
 /// tokenizer.chat_template, else its turn-marker tokens). Error{Unsupported} naming the formats larql applies when the model

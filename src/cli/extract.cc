@@ -17,7 +17,7 @@ struct ExtractArgs {
   std::string source, out, level = "browse", dtype = "f16", quant = "keep";
   int down_top_k = 10;
   int threads = 0;
-  bool force = false, json = false;
+  bool force = false, json = false, resume = false;
 };
 
 void run_extract(const ExtractArgs& a) {
@@ -32,6 +32,7 @@ void run_extract(const ExtractArgs& a) {
   opt.down_top_k = a.down_top_k;
   opt.threads = a.threads;
   opt.force = a.force;
+  opt.resume = a.resume;
   std::map<std::string, std::unique_ptr<Progress>> bars;
   opt.progress = [&](const std::string& phase, int64_t done, int64_t total) {
     auto& bar = bars[phase];
@@ -39,12 +40,19 @@ void run_extract(const ExtractArgs& a) {
     bar->update(done);
   };
   const auto r = extract::extract_vindex(*model, a.out, opt);
+  if (a.resume && !a.json) {
+    if (r.resumed_from.empty())
+      std::fprintf(stderr, "--resume: no interrupted extract of %s with these options was found; extracted afresh\n", a.out.c_str());
+    else
+      std::fprintf(stderr, "--resume: continued %s, kept %zu finished file(s)\n", r.resumed_from.c_str(), r.kept_files.size());
+  }
   if (a.json) {
     nlohmann::json j = {{"path", a.out}, {"extract_level", vindex::extract_level_name(r.index.extract_level)},
                         {"dtype", r.index.dtype}, {"num_layers", r.index.num_layers},
                         {"features", r.index.layers.empty() ? 0 : r.index.layers[0].num_features * r.index.num_layers},
                         {"files", r.index.checksums.size() + 1}, {"bytes", r.bytes}, {"seconds", r.seconds},
                         {"fingerprint", r.index.source.fingerprint}};
+    if (a.resume) j["resumed"] = {{"from", r.resumed_from}, {"kept", r.kept_files}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("wrote %s: %s level, %s, %lld layers, %zu files, %.1f MiB in %.1f s\n", a.out.c_str(),
@@ -57,8 +65,8 @@ void add_extract_options(CLI::App* cmd, ExtractArgs& a) {
   cmd->add_option("source", a.source, "GGUF path or a name in models/")->required();
   cmd->add_option("-o,--output", a.out, "the vindex directory to write (e.g. gemma.vindex)")->required();
   cmd->add_option("--level", a.level,
-                  "browse (gate vectors, embeddings, down_meta, tokenizer) | inference | all (+ every weight: the "
-                  "vindex runs); attention is not built yet")
+                  "browse (gate vectors, embeddings, down_meta, tokenizer) | attention (+ attention weights and "
+                  "norms) | inference | all (+ every weight: the vindex runs)")
       ->capture_default_str();
   cmd->add_option("--quant", a.quant, "model weights at inference level: keep (the source's own blocks, byte for byte)")
       ->check(CLI::IsMember({"keep", "none", "q4k"}))
@@ -69,6 +77,9 @@ void add_extract_options(CLI::App* cmd, ExtractArgs& a) {
   add_int_flag(cmd, "--down-top-k", a.down_top_k, 1, 4096, "tokens recorded per FFN feature in down_meta.bin (default 10)");
   add_threads_flag(cmd, a.threads);
   cmd->add_flag("--force", a.force, "replace an existing output directory");
+  cmd->add_flag("--resume", a.resume,
+                "continue an interrupted extract to the same output with the same options: finished files are "
+                "kept (their SHA-256 re-checked), the rest redone");
   cmd->add_flag("--json", a.json, "print one JSON object");
 }
 

@@ -122,7 +122,7 @@ void run(const PplArgs& a) {
   std::unique_ptr<EngineSpec> spec;
   if (!a.engine.empty()) spec = std::make_unique<EngineSpec>(parse_cli_engine_spec(a.engine));  // fail before loading
   const std::string text = read_text_file(a.file, "the text file", a.max_input_bytes);
-  Loaded l = load(a.model, a.threads);
+  Loaded l = load(a.model, a.threads, "perplexity");
   const ModelConfig& c = l.model->config();
   auto ids = l.tokenizer.encode(text, l.tokenizer.add_bos(), /*parse_special=*/false);
   if (a.max_tokens > 0 && static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(static_cast<size_t>(a.max_tokens));

@@ -72,7 +72,7 @@ void run(RunArgs& a) {
   for (const auto& s : a.stop)
     if (s.empty()) throw Error(ErrorKind::InvalidArgument, "--stop needs a non-empty string");
   const std::string user_prompt = prompt;
-  Loaded l = load(a.model, a.threads);
+  Loaded l = load(a.model, a.threads, "run");
   const int64_t model_ctx = l.model->config().context_length;
   if (a.ctx_size > model_ctx)
     throw Error(ErrorKind::Usage, "--ctx-size must be an integer in " + int_range_text(1, model_ctx) +

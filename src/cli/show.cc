@@ -1,10 +1,13 @@
 // `larql show MODEL`: architecture, metadata and the tensor table, from the model's weight source.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 #include "kv/generate.h"
+#include "model/vindex_source.h"
+#include "vindex/index.h"
 
 namespace larql::cli {
 namespace {
@@ -20,8 +23,89 @@ std::string dims_str(const std::vector<uint64_t>& d) {
   return s + "]";
 }
 
+// The vindex's own description (docs/vindex-format.md): level, dtype, quant, layers, bands,
+// every file's size, the source.
+nlohmann::json vindex_json(const std::string& dir, const vindex::VindexIndex& x) {
+  nlohmann::json files = nlohmann::json::object();
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& [name, sum] : x.checksums) {
+    const auto n = std::filesystem::file_size(std::filesystem::path(dir) / name, ec);
+    files[name] = {{"bytes", ec ? 0 : n}, {"sha256", sum}};
+    total += ec ? 0 : n;
+  }
+  const auto idx_bytes = std::filesystem::file_size(std::filesystem::path(dir) / "index.json", ec);
+  total += ec ? 0 : idx_bytes;
+  nlohmann::json bands = nlohmann::json::object();
+  for (const auto& [k, b] : x.layer_bands) bands[k] = {b.first, b.last};
+  const std::string why = vindex_not_runnable_reason(dir, x);
+  return {{"path", dir},
+          {"model", x.model},
+          {"family", x.family},
+          {"vindex_spec_version", x.vindex_spec_version},
+          {"extract_level", vindex::extract_level_name(x.extract_level)},
+          {"dtype", x.dtype},
+          {"quant", x.quant},
+          {"has_model_weights", x.has_model_weights},
+          {"runnable", why.empty()},
+          {"num_layers", x.num_layers},
+          {"hidden_size", x.hidden_size},
+          {"intermediate_size", x.intermediate_size},
+          {"vocab_size", x.vocab_size},
+          {"features", x.layers.empty() ? 0 : x.layers[0].num_features},
+          {"down_top_k", x.down_top_k},
+          {"layer_bands", bands},
+          {"source", {{"format", x.source.format}, {"name", x.source.name}, {"fingerprint", x.source.fingerprint},
+                      {"extracted_at", x.source.extracted_at}, {"larql_version", x.source.larql_version}}},
+          {"files", files},
+          {"bytes", total}};
+}
+
+void print_vindex(const nlohmann::json& v) {
+  std::printf("vindex         %s\n", v["path"].get<std::string>().c_str());
+  std::printf("model          %s (%s), vindex spec %lld\n", v["model"].get<std::string>().c_str(),
+              v["family"].get<std::string>().c_str(), v["vindex_spec_version"].get<long long>());
+  std::printf("level          %s%s\n", v["extract_level"].get<std::string>().c_str(),
+              v["runnable"].get<bool>() ? " (runs a model)" : " (does not run a model: needs level inference)");
+  std::printf("dtype / quant  %s / %s\n", v["dtype"].get<std::string>().c_str(), v["quant"].get<std::string>().c_str());
+  std::printf("layers         %lld x %lld features, hidden %lld, vocab %lld, down_top_k %lld\n",
+              v["num_layers"].get<long long>(), v["features"].get<long long>(), v["hidden_size"].get<long long>(),
+              v["vocab_size"].get<long long>(), v["down_top_k"].get<long long>());
+  std::string bands;
+  for (const auto& [k, b] : v["layer_bands"].items())
+    bands += (bands.empty() ? "" : ", ") + k + " " + std::to_string(b[0].get<long long>()) + "-" + std::to_string(b[1].get<long long>());
+  std::printf("bands          %s\n", bands.empty() ? "(none)" : bands.c_str());
+  const auto& src = v["source"];
+  std::printf("source         %s %s, extracted %s by larql %s\n", src["format"].get<std::string>().c_str(),
+              src["name"].get<std::string>().c_str(), src["extracted_at"].get<std::string>().c_str(),
+              src["larql_version"].get<std::string>().c_str());
+  std::printf("fingerprint    %s\n", src["fingerprint"].get<std::string>().c_str());
+  std::printf("files          %zu + index.json, %.1f MiB\n", v["files"].size(), v["bytes"].get<uint64_t>() / 1048576.0);
+  for (const auto& [name, f] : v["files"].items())
+    std::printf("  %-24s %12llu bytes  %s\n", name.c_str(), static_cast<unsigned long long>(f["bytes"].get<uint64_t>()),
+                f["sha256"].get<std::string>().substr(0, 16).c_str());
+}
+
 void run(const ShowArgs& a) {
-  auto m = Model::load(resolve_model(a.model));
+  const std::string path = resolve_model(a.model);
+  std::error_code ec;
+  nlohmann::json vx;
+  if (std::filesystem::is_directory(path, ec)) {
+    const vindex::VindexIndex x = vindex::read_index(path);
+    vx = vindex_json(path, x);
+    if (!vx["runnable"].get<bool>()) {
+      if (a.json)
+        std::printf("%s\n", nlohmann::json({{"vindex", vx}}).dump(2).c_str());
+      else
+        print_vindex(vx);
+      return;
+    }
+    if (!a.json) {
+      print_vindex(vx);
+      std::printf("\n");
+    }
+  }
+  auto m = Model::load(path);
   const ModelConfig& c = m->config();
   const WeightSource& src = m->source();
   const std::vector<SourceTensor> tensors = src.tensors();
@@ -64,6 +148,7 @@ void run(const ShowArgs& a) {
     for (const auto& t : tensors)
       ts.push_back({{"name", t.name}, {"type", dtype_name(t.type)}, {"dims", t.dims}, {"bytes", t.nbytes}});
     j["tensors"] = ts;
+    if (!vx.is_null()) j["vindex"] = vx;
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
@@ -106,8 +191,8 @@ void run(const ShowArgs& a) {
 
 void register_show(CLI::App& app) {
   auto a = std::make_shared<ShowArgs>();
-  CLI::App* s = app.add_subcommand("show", "print a model's architecture, dtypes and tensors");
-  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  CLI::App* s = app.add_subcommand("show", "print a model's architecture, dtypes and tensors; for a vindex also its level, dtype, quant, bands and files");
+  s->add_option("model", a->model, "GGUF path, vindex directory or a name in models/")->required();
   s->add_flag("--tensors", a->tensors, "list every tensor");
   s->add_flag("--metadata", a->metadata, "list every metadata key and value");
   s->add_flag("--json", a->json, "machine-readable output (includes every tensor)");

@@ -1,6 +1,8 @@
 #include "extract/extract.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -109,7 +111,14 @@ const char* weights_file(TensorRole r) {
   }
 }
 
-void write_weights(const Model& model, const fs::path& staging,
+// The files write_weights() writes at a level: attention holds the attention tensors and the
+// norms; inference and all every tensor.
+std::vector<std::string> weight_files(vindex::ExtractLevel level) {
+  if (level == vindex::ExtractLevel::Attention) return {"attn_weights.bin", "norms.bin", "weight_manifest.json"};
+  return {"attn_weights.bin", "norms.bin", "ffn_weights.bin", "embed_weights.bin", "weight_manifest.json"};
+}
+
+void write_weights(const Model& model, const fs::path& staging, vindex::ExtractLevel level,
                    const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   const WeightSource& src = model.source();
   const int64_t n_layers = model.config().n_layers;
@@ -117,9 +126,11 @@ void write_weights(const Model& model, const fs::path& staging,
   json manifest = json::array();
   static const uint8_t zeros[64] = {};
   auto put = [&](TensorRole role, int64_t layer) {
+    const std::string file = weights_file(role);
+    if (level == vindex::ExtractLevel::Attention && file != std::string("attn_weights.bin") && file != std::string("norms.bin"))
+      return;
     const auto t = src.tensor(role, layer);
     if (!t) return;
-    const std::string file = weights_file(role);
     auto& w = out[file];
     if (!w) w = std::make_unique<AtomicWriter>((staging / file).string(), file);
     if (w->size() % 64 != 0) w->write(zeros, 64 - w->size() % 64);
@@ -148,13 +159,82 @@ void write_weights(const Model& model, const fs::path& staging,
   write_file_atomic((staging / "weight_manifest.json").string(), manifest.dump(1) + "\n", "weight_manifest.json");
 }
 
+// The staging directory's progress record: the options it was started with and the SHA-256 of
+// every file finished so far. Rewritten atomically (fsynced) after each finished file.
+class ProgressRecord {
+ public:
+  ProgressRecord(fs::path staging, json options) : path_(staging / kProgressFile), options_(std::move(options)) {}
+
+  // Load the record of a staging directory started with the same options, keeping only the
+  // files whose bytes still have the recorded digest. False when there is no usable record.
+  bool load_and_check() {
+    std::error_code ec;
+    if (!fs::is_regular_file(path_, ec)) return false;
+    json j;
+    try {
+      j = json::parse(read_all(path_));
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (!j.is_object() || j.value("options", json()) != options_ || !j.contains("files") || !j["files"].is_object()) return false;
+    for (const auto& [name, sum] : j["files"].items()) {
+      if (!sum.is_string() || !vindex::is_plain_file_name(name)) continue;
+      const fs::path f = path_.parent_path() / name;
+      if (fs::is_regular_file(f, ec) && vindex::sha256_file(f.string()) == sum.get<std::string>()) files_[name] = sum;
+    }
+    return true;
+  }
+  // Take over the checked files of another record (the staging directory renamed to ours).
+  void take_files(const ProgressRecord& other) { files_ = other.files_; }
+  bool has(const std::string& name) const { return files_.count(name) != 0; }
+  bool has_all(const std::vector<std::string>& names) const {
+    for (const auto& n : names)
+      if (!has(n)) return false;
+    return true;
+  }
+  // Hash finished files and record them.
+  void finish(const std::vector<std::string>& names) {
+    for (const auto& n : names) files_[n] = vindex::sha256_file((path_.parent_path() / n).string());
+    save();
+  }
+  void save() const {
+    json j = {{"options", options_}, {"files", files_}};
+    write_file_atomic(path_.string(), j.dump(1) + "\n", kProgressFile);
+  }
+  const std::map<std::string, std::string>& files() const { return files_; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static std::string read_all(const fs::path& p) {
+    std::string out;
+    FILE* f = std::fopen(p.c_str(), "rb");
+    if (!f) return out;
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    std::fclose(f);
+    return out;
+  }
+  fs::path path_;
+  json options_;
+  std::map<std::string, std::string> files_;
+};
+
+// The pid in a staging directory's name `<prefix><pid>`, or 0.
+long staging_pid(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return 0;
+  char* end = nullptr;
+  const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+  return end != nullptr && *end == '\0' ? pid : 0;
+}
+
+bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
 }  // namespace
 
 ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (opt.level == vindex::ExtractLevel::Attention)
-    throw Error(ErrorKind::Unsupported, "extract level \"attention\" is not built yet (browse, inference and all are)");
-  const bool weights = opt.level >= vindex::ExtractLevel::Inference;
+  const bool weights = opt.level >= vindex::ExtractLevel::Attention;
   if (weights && opt.quant != "keep")
     throw Error(ErrorKind::Unsupported, "--quant \"" + opt.quant + "\" is not built yet (only keep: the source's own blocks)");
   if (vindex::dtype_size(opt.dtype) == 0)
@@ -170,25 +250,56 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     throw Error(ErrorKind::InvalidArgument, "output " + target.string() + " already exists (use --force to replace it)");
   if (fs::exists(target, ec) && !fs::is_directory(target, ec))
     throw Error(ErrorKind::InvalidArgument, "output " + target.string() + " exists and is not a directory");
-  // Staging directories of extracts that died (their process is gone) are removed; a live one's
-  // is left alone.
-  const std::string partial_prefix = target.filename().string() + ".partial-";
-  for (const auto& e : fs::directory_iterator(target.parent_path(), ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind(partial_prefix, 0) != 0) continue;
-    const long pid = std::strtol(n.c_str() + partial_prefix.size(), nullptr, 10);
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
-  }
+
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  // What the progress record must match for a staging directory to be resumed.
+  const json record_options = {{"source_fingerprint", model.fingerprint()}, {"level", vindex::extract_level_name(opt.level)},
+                               {"dtype", opt.dtype}, {"quant", weights ? opt.quant : "none"},
+                               {"down_top_k", opt.down_top_k}, {"larql_version", opt.larql_version}};
   const fs::path staging = target.string() + ".partial-" + std::to_string(::getpid());
   fs::remove_all(staging, ec);
-  if (!fs::create_directory(staging, ec))
+  ProgressRecord record(staging, record_options);
+  ExtractResult result;
+  // Staging directories of extracts that died (their process is gone): with `resume` the newest
+  // one whose record matches is taken over; the others are removed. A live one's is left alone.
+  const std::string partial_prefix = target.filename().string() + ".partial-";
+  {
+    std::vector<std::pair<fs::file_time_type, fs::path>> dead;
+    for (const auto& e : fs::directory_iterator(target.parent_path(), ec))
+      if (process_gone(staging_pid(e.path().filename().string(), partial_prefix)))
+        dead.emplace_back(fs::last_write_time(e.path(), ec), e.path());
+    std::sort(dead.begin(), dead.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [_, p] : dead) {
+      if (opt.resume && result.resumed_from.empty()) {
+        ProgressRecord old(p, record_options);
+        if (old.load_and_check()) {
+          fs::rename(p, staging, ec);
+          if (!ec) {
+            record.take_files(old);
+            result.resumed_from = p.string();
+            continue;
+          }
+        }
+      }
+      fs::remove_all(p, ec);
+    }
+  }
+  if (!result.resumed_from.empty()) {
+    // Anything not recorded as finished (half-written temporaries, unrecorded files) is redone.
+    for (const auto& e : fs::directory_iterator(staging, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n != kProgressFile && !record.has(n)) fs::remove_all(e.path(), ec);
+    }
+    for (const auto& [n, _] : record.files()) result.kept_files.push_back(n);
+  } else if (!fs::create_directory(staging, ec)) {
     throw Error(ErrorKind::Io, "cannot create " + staging.string() + ": " + ec.message());
+  }
+  record.save();
 
   auto progress = [&](const std::string& phase, int64_t done, int64_t total) {
     if (opt.progress) opt.progress(phase, done, total);
   };
-  const ModelConfig& c = model.config();
-  const ModelWeights& w = model.weights();
   try {
     vindex::VindexIndex x;
     x.model = c.name.empty() ? fs::path(model.path()).stem().string() : c.name;
@@ -206,40 +317,53 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     x.down_top_k = opt.down_top_k;
     x.layer_bands = vindex::default_layer_bands(c.arch, c.n_layers);
     x.model_config_json = config_to_json(c);
-
-    // Gate vectors, layer by layer.
     {
-      AtomicWriter out((staging / "gate_vectors.bin").string(), "gate_vectors.bin");
       const uint64_t per_value = static_cast<uint64_t>(vindex::dtype_size(opt.dtype));
+      uint64_t at = 0;
       for (int64_t l = 0; l < c.n_layers; ++l) {
         const TensorView& g = w.layers[static_cast<size_t>(l)].w_gate;
-        vindex::LayerSlot s{l, g.rows, out.size(), static_cast<uint64_t>(g.rows) * static_cast<uint64_t>(g.cols) * per_value};
-        write_rows(out, g, opt.dtype, nullptr);
-        x.layers.push_back(s);
+        const uint64_t len = static_cast<uint64_t>(g.rows) * static_cast<uint64_t>(g.cols) * per_value;
+        x.layers.push_back(vindex::LayerSlot{l, g.rows, at, len});
+        at += len;
+      }
+    }
+
+    // Gate vectors, layer by layer.
+    if (!record.has("gate_vectors.bin")) {
+      AtomicWriter out((staging / "gate_vectors.bin").string(), "gate_vectors.bin");
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        write_rows(out, w.layers[static_cast<size_t>(l)].w_gate, opt.dtype, nullptr);
         progress("gate vectors", l + 1, c.n_layers);
       }
       out.commit();
+      record.finish({"gate_vectors.bin"});
     }
     // Embeddings (raw, unscaled).
-    {
+    if (!record.has("embeddings.bin")) {
       AtomicWriter out((staging / "embeddings.bin").string(), "embeddings.bin");
       write_rows(out, w.token_embd, opt.dtype, [&](int64_t rows) { progress("embeddings", rows, w.token_embd.rows); });
       out.commit();
+      record.finish({"embeddings.bin"});
     }
     // Tokenizer files, and the tokens down_meta skips (those that decode to nothing); the
     // vocabulary is released before the down_meta pass.
-    std::vector<uint8_t> skip(static_cast<size_t>(w.token_embd.rows), 0);
-    {
+    const bool tokenizer_done = record.has_all({"tokenizer.json", "tokenizer_config.json"});
+    std::vector<uint8_t> skip;
+    if (!tokenizer_done || !record.has("down_meta.bin")) {
+      skip.assign(static_cast<size_t>(w.token_embd.rows), 0);
       VocabData vocab = model.source().vocabulary();
-      const HfTokenizerFiles hf = to_hf_tokenizer(vocab);
-      write_file_atomic((staging / "tokenizer.json").string(), hf.tokenizer_json, "tokenizer.json");
-      write_file_atomic((staging / "tokenizer_config.json").string(), hf.tokenizer_config_json, "tokenizer_config.json");
+      if (!tokenizer_done) {
+        const HfTokenizerFiles hf = to_hf_tokenizer(vocab);
+        write_file_atomic((staging / "tokenizer.json").string(), hf.tokenizer_json, "tokenizer.json");
+        write_file_atomic((staging / "tokenizer_config.json").string(), hf.tokenizer_config_json, "tokenizer_config.json");
+        record.finish({"tokenizer.json", "tokenizer_config.json"});
+      }
       const Tokenizer tok(std::move(vocab));
       for (int64_t t = 0; t < w.token_embd.rows && t < tok.vocab_size(); ++t)
         skip[static_cast<size_t>(t)] = decodes_to_nothing(tok, static_cast<int32_t>(t)) ? 1 : 0;
     }
     // down_meta: per layer, every feature's top-K tokens.
-    {
+    if (!record.has("down_meta.bin")) {
       ThreadPool pool(opt.threads);
       vindex::DownMetaWriter dm((staging / "down_meta.bin").string(), static_cast<uint32_t>(c.n_layers),
                                 static_cast<uint32_t>(opt.down_top_k));
@@ -262,19 +386,27 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
         progress("down_meta", l + 1, c.n_layers);
       }
       dm.commit();
+      record.finish({"down_meta.bin"});
     }
     // Model weights in their source blocks, named by weight_manifest.json.
-    if (weights) write_weights(model, staging, progress);
-    // Checksums of every file, then index.json.
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(staging, ec)) files.push_back(e.path());
-    if (ec) throw Error(ErrorKind::Io, "cannot list " + staging.string() + ": " + ec.message());
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < files.size(); ++i) {
-      x.checksums[files[i].filename().string()] = vindex::sha256_file(files[i].string());
-      bytes += fs::file_size(files[i]);
-      progress("checksums", static_cast<int64_t>(i + 1), static_cast<int64_t>(files.size()));
+    if (weights && !record.has_all(weight_files(opt.level))) {
+      write_weights(model, staging, opt.level, progress);
+      record.finish(weight_files(opt.level));
     }
+    // Checksums of every file (the record's, each taken when its file was finished), then
+    // index.json; the record goes before the rename.
+    fs::remove(record.path(), ec);
+    uint64_t bytes = 0;
+    size_t n_files = 0;
+    for (const auto& e : fs::directory_iterator(staging, ec)) {
+      const std::string n = e.path().filename().string();
+      if (!record.has(n)) throw Error(ErrorKind::Io, "unexpected file " + e.path().string() + " in the staging directory");
+      bytes += fs::file_size(e.path());
+      ++n_files;
+    }
+    if (ec) throw Error(ErrorKind::Io, "cannot list " + staging.string() + ": " + ec.message());
+    if (n_files != record.files().size()) throw Error(ErrorKind::Io, "a finished file is missing from " + staging.string());
+    x.checksums = record.files();
     vindex::write_index(staging.string(), x);
     bytes += fs::file_size(staging / "index.json");
     fsync_dir(staging);
@@ -290,11 +422,10 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     if (ec) throw Error(ErrorKind::Io, "cannot rename " + staging.string() + " to " + target.string() + ": " + ec.message());
     fsync_dir(target.parent_path());
     if (!old.empty()) fs::remove_all(old, ec);
-    ExtractResult r;
-    r.index = std::move(x);
-    r.bytes = bytes;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return r;
+    result.index = std::move(x);
+    result.bytes = bytes;
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return result;
   } catch (...) {
     fs::remove_all(staging, ec);
     throw;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "vindex/index.h"
@@ -20,6 +21,11 @@ struct ExtractOptions {
   int down_top_k = 10;        ///< tokens per feature in down_meta.bin, [1, 4096]
   int threads = 0;            ///< <= 0: all cores
   bool force = false;         ///< replace an existing output directory
+  /// Continue an interrupted extract to the same `out_dir` with the same options: the staging
+  /// directory of a dead extract (`<out_dir>.partial-<pid>`) is taken over, files its progress
+  /// record lists are kept when their SHA-256 still matches, the rest are redone. Without a
+  /// usable staging directory the extract starts afresh.
+  bool resume = false;
   std::string larql_version = "0.1.0";
   /// Called as work advances: phase ("gate vectors", "embeddings", "down_meta", "checksums"),
   /// units done and the phase's total. May be empty.
@@ -30,7 +36,15 @@ struct ExtractResult {
   vindex::VindexIndex index;
   uint64_t bytes = 0;   ///< the directory's total size
   double seconds = 0;
+  /// With `resume`: the staging directory taken over ("" when none was usable) and the files
+  /// kept from it (their digest re-checked).
+  std::string resumed_from;
+  std::vector<std::string> kept_files;
 };
+
+/// The name of the progress record in a staging directory: a JSON object
+/// `{"options": {...}, "files": {name: sha256}}`, rewritten (fsynced) after each finished file.
+inline constexpr const char* kProgressFile = ".extract-progress.json";
 
 /// Write `model` as a vindex at `out_dir`. Everything is written into a sibling staging
 /// directory (`<out_dir>.partial-<pid>`), every file fsynced, index.json (with the SHA-256 of
@@ -40,12 +54,17 @@ struct ExtractResult {
 /// Browse level writes gate_vectors.bin, embeddings.bin, down_meta.bin (per feature the top-K
 /// tokens of token_embd · W_down[:, f], exact scores; tokens that decode to nothing skipped),
 /// tokenizer.json, tokenizer_config.json and index.json.
+/// Level attention adds the attention weights and every norm in their source blocks
+/// (attn_weights.bin, norms.bin) and weight_manifest.json naming them; such a vindex does not
+/// run (no FFN, no embedding blocks).
 /// Level inference (and all, the same here) adds every tensor of the model in its source blocks
 /// (`quant = keep`): attn_weights.bin, ffn_weights.bin, norms.bin, embed_weights.bin, each
 /// tensor 64-byte aligned, named by weight_manifest.json (role, layer, dtype, shape, file,
 /// offset, length); such a vindex runs (Model::load of the directory) with logits bit-identical
 /// to the source's.
-/// Errors: Unsupported for attention level or quant other than keep (not built yet); InvalidArgument for a bad
+/// Each finished file's SHA-256 goes into the staging directory's progress record
+/// (kProgressFile) so `resume` can keep it; the record is removed before the rename.
+/// Errors: Unsupported for quant other than keep (not built yet); InvalidArgument for a bad
 /// dtype or top-k, or an existing `out_dir` without `force`; NotFound for a missing parent
 /// directory; Io from the writes (the staging directory is removed).
 ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt);

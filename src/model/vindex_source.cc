@@ -62,15 +62,30 @@ const std::vector<TensorRole>& all_tensor_roles() {
   return roles;
 }
 
+std::string vindex_not_runnable_reason(const std::string& dir, const vindex::VindexIndex& x, const std::string& verb) {
+  if (x.has_model_weights && x.extract_level >= vindex::ExtractLevel::Inference) return "";
+  std::string holds;
+  switch (x.extract_level) {
+    case vindex::ExtractLevel::Browse:
+      holds = x.has_model_weights ? "gate vectors, embeddings, down_meta and some weight files, not all"
+                                  : "gate vectors, embeddings and down_meta for browsing";
+      break;
+    case vindex::ExtractLevel::Attention:
+      holds = "gate vectors, embeddings, down_meta, and the attention weights and norms, but not the FFN weights nor the "
+              "embedding blocks";
+      break;
+    default: holds = "no model weights (has_model_weights is false)"; break;
+  }
+  return dir + " was extracted at level " + vindex::extract_level_name(x.extract_level) + ": it holds " + holds + "; " +
+         verb + " needs level inference \u2014 re-extract with --level inference";
+}
+
 std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
   auto s = std::make_shared<VindexSource>();
   s->dir_ = dir;
   s->index_ = vindex::read_index(dir);
   const vindex::VindexIndex& x = s->index_;
-  if (!x.has_model_weights || x.extract_level < vindex::ExtractLevel::Inference)
-    throw Error(ErrorKind::Unsupported, dir + " holds no model weights (extract_level \"" +
-                                            vindex::extract_level_name(x.extract_level) +
-                                            "\"): extract it with `larql extract --level inference` to run it");
+  if (const std::string why = vindex_not_runnable_reason(dir, x); !why.empty()) throw Error(ErrorKind::Unsupported, why);
   if (x.quant != "keep")
     throw Error(ErrorKind::Unsupported, dir + ": quant \"" + x.quant + "\" is not runnable yet (only \"keep\")");
   s->config_ = config_from_json(x.model_config_json, (fs::path(dir) / "index.json").string());

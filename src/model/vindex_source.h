@@ -24,6 +24,13 @@ std::optional<TensorRole> tensor_role_from_name(std::string_view name);
 /// Every role, in declaration order.
 const std::vector<TensorRole>& all_tensor_roles();
 
+/// Why a vindex cannot run a model, or "" when it can: the message names the directory, the
+/// level it was extracted at, what that level holds, and that `verb` needs level inference:
+/// "NAME.vindex was extracted at level browse: it holds gate vectors, embeddings and down_meta
+/// for browsing; run needs level inference — re-extract with --level inference".
+std::string vindex_not_runnable_reason(const std::string& dir, const vindex::VindexIndex& index,
+                                       const std::string& verb = "running a model");
+
 class VindexSource final : public WeightSource {
  public:
   /// Open `dir`. Errors: NotFound (no index.json), Format (index.json, model_config or
