@@ -21,22 +21,32 @@ namespace fs = std::filesystem;
 
 namespace larql::cli {
 
-std::string resolve_model(const std::string& name) {
-  if (fs::exists(name)) return name;
-  std::vector<fs::path> dirs;
-  if (const char* env = std::getenv("LARQL_MODELS")) dirs.emplace_back(env);
+std::vector<std::string> model_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("LARQL_MODELS"); env != nullptr && *env != '\0') dirs.emplace_back(env);
   dirs.emplace_back("models");
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back(exe.parent_path().parent_path() / "models");
-  for (const auto& d : dirs)
+  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "models").string());
+  return dirs;
+}
+
+std::string resolve_model(const std::string& name) {
+  if (fs::exists(name)) return name;
+  const std::vector<std::string> dirs = model_dirs();
+  std::error_code ec;
+  for (const fs::path d : dirs) {
     for (const std::string& cand : {name, name + ".gguf"})
       if (fs::is_regular_file(d / cand, ec)) return (d / cand).string();
+    for (const std::string& cand : {name, name + ".vindex"})
+      if (fs::is_regular_file(d / cand / "index.json", ec)) return (d / cand).string();
+  }
   std::set<std::string> names;
-  for (const auto& d : dirs) {
+  for (const fs::path d : dirs) {
     if (!fs::is_directory(d, ec)) continue;
     for (const auto& e : fs::directory_iterator(d, ec))
-      if (e.path().extension() == ".gguf") names.insert(e.path().stem().string());
+      if (e.path().extension() == ".gguf" || (e.path().extension() == ".vindex" && fs::is_directory(e.path(), ec)))
+        names.insert(e.path().stem().string());
   }
   std::string avail;
   for (const auto& n : names) avail += (avail.empty() ? "" : ", ") + n;

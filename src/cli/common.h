@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "inference/forward.h"
 #include "inference/sampler.h"
@@ -15,8 +16,12 @@
 
 namespace larql::cli {
 
-/// A path, or a short name looked up in $LARQL_MODELS, ./models and <exe>/../models
-/// (with or without ".gguf"). Error{NotFound} lists what is available.
+/// The model cache's directories, in lookup order: $LARQL_MODELS (when set), ./models,
+/// <exe>/../models. The first is where `larql link` puts links.
+std::vector<std::string> model_dirs();
+
+/// A path, or a short name looked up in model_dirs(): NAME, NAME.gguf (a GGUF file) or
+/// NAME.vindex (a vindex directory). Error{NotFound} lists what is available.
 std::string resolve_model(const std::string& name_or_path);
 
 struct Loaded {
@@ -96,6 +101,8 @@ void register_accuracy(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_apollo(CLI::App& app);
 void register_extract(CLI::App& app);  // extract, convert gguf-to-vindex, verify
+void register_slice(CLI::App& app);
+void register_cache(CLI::App& app);    // list, link, rm
 
 /// Write to stdout and flush. Error{Io} naming stdout and the OS reason (a closed pipe, a full
 /// disk), so streaming stops at the first failed write.

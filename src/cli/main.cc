@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   larql::cli::register_calibrate(app);
   larql::cli::register_apollo(app);
   larql::cli::register_extract(app);
+  larql::cli::register_slice(app);
+  larql::cli::register_cache(app);
   // Name an unknown verb instead of CLI11's generic "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
