@@ -4,6 +4,8 @@
 // identical logits, and a state file from another engine is refused with InvariantViolation.
 // (apollo needs a store and boundary-per-layer a calibration record: their own test files run
 // the same checks, apollo_test.cc and boundary_per_layer_test.cc.)
+// Each engine runs from both weight sources: the synthetic GGUF, and a vindex extracted from it
+// once per suite (level inference, quant keep; docs/vindex-format.md).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -12,8 +14,10 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "extract/extract.h"
 #include "inference/forward.h"
 #include "kv/registry.h"
 #include "model/model.h"
@@ -28,24 +32,38 @@ using testing::expect_error;
 using testing::logits_of;
 using testing::max_abs_diff;
 
-class EngineContract : public ::testing::TestWithParam<const char*> {
+// (source, engine spec): source "gguf" or "vindex".
+using ContractParam = std::tuple<const char*, const char*>;
+
+class EngineContract : public ::testing::TestWithParam<ContractParam> {
  protected:
   static void SetUpTestSuite() {
     sm_ = testing::make_synthetic_model().release();
-    fwd_ = std::make_shared<Forward>(Model::load(sm_->path), 2);
     dir_ = (std::filesystem::temp_directory_path() / ("larql-contract-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir_);
+    auto model = Model::load(sm_->path);
+    gguf_ = std::make_shared<Forward>(model, 2);
+    extract::ExtractOptions opt;
+    opt.level = vindex::ExtractLevel::Inference;
+    opt.down_top_k = 2;
+    opt.threads = 2;
+    extract::extract_vindex(*model, dir_ + "/synthetic.vindex", opt);
+    vindex_ = std::make_shared<Forward>(Model::load(dir_ + "/synthetic.vindex"), 2);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(dir_);
-    fwd_.reset();
+    gguf_.reset();
+    vindex_.reset();
     delete sm_;
   }
-  std::unique_ptr<Engine> make() { return make_engine(testing::spec_with_files(GetParam(), dir_), fwd_); }
+  void SetUp() override { fwd_ = std::string(std::get<0>(GetParam())) == "vindex" ? vindex_ : gguf_; }
+  const char* spec() const { return std::get<1>(GetParam()); }
+  std::unique_ptr<Engine> make() { return make_engine(testing::spec_with_files(spec(), dir_), fwd_); }
 
   static inline testing::SyntheticModel* sm_ = nullptr;
-  static inline std::shared_ptr<Forward> fwd_;
+  static inline std::shared_ptr<Forward> gguf_, vindex_;
   static inline std::string dir_;
+  std::shared_ptr<Forward> fwd_;
 };
 
 TEST_P(EngineContract, ErrorsSaveLoadAndForeignState) {
@@ -62,9 +80,9 @@ TEST_P(EngineContract, ErrorsSaveLoadAndForeignState) {
   EXPECT_EQ(resumed->n_past(), e->n_past());
   for (size_t t = 13; t < ids.size(); ++t)
     EXPECT_EQ(max_abs_diff(logits_of(*fwd_, e->decode_step(ids[t])), logits_of(*fwd_, resumed->decode_step(ids[t]))), 0.0f)
-        << GetParam() << " step " << t;
+        << spec() << " step " << t;
   // A state from another engine.
-  const std::string other_spec = std::string(GetParam()).rfind("standard", 0) == 0 ? "turbo-quant" : "standard";
+  const std::string other_spec = std::string(spec()).rfind("standard", 0) == 0 ? "turbo-quant" : "standard";
   auto other = make_engine(parse_engine_spec(other_spec), fwd_);
   other->prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 5));
   const std::string foreign = dir_ + "/foreign.state";
@@ -73,16 +91,26 @@ TEST_P(EngineContract, ErrorsSaveLoadAndForeignState) {
   expect_error(ErrorKind::InvariantViolation, [&] { fresh->load_state(foreign); }, "state of " + other_spec);
 }
 
+// The two sources are the same model: the standard engine gives identical logits from both.
+TEST_P(EngineContract, VindexLogitsEqualTheGgufs) {
+  if (std::string(std::get<0>(GetParam())) != "vindex" || std::string(spec()) != "standard") GTEST_SKIP();
+  const std::vector<int32_t> ids = {2, 270, 277, 7, 100, 271, 5, 4, 262, 200};
+  auto a = make_engine(parse_engine_spec("standard"), gguf_);
+  auto b = make_engine(parse_engine_spec("standard"), vindex_);
+  EXPECT_EQ(max_abs_diff(logits_of(*gguf_, a->prefill(ids)), logits_of(*vindex_, b->prefill(ids))), 0.0f);
+  EXPECT_EQ(max_abs_diff(logits_of(*gguf_, a->decode_step(9)), logits_of(*vindex_, b->decode_step(9))), 0.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Ladder, EngineContract,
-    ::testing::Values("standard", "standard:window=6", "standard:window=6,sink=0", "no-cache", "markov-rs", "markov-rs:window=4",
+    ::testing::Combine(::testing::Values("gguf", "vindex"), ::testing::Values("standard", "standard:window=6", "standard:window=6,sink=0", "no-cache", "markov-rs", "markov-rs:window=4",
                       "markov-rs:window=4,cold_kv=derive", "markov-rs-codec:window=4",
                       "markov-rs-codec:window=4,codec=int8,cold_kv=derive", "turbo-quant", "tq3",
                       "unlimited-context:window=8", "unlimited-context:window=8,sink=0", "boundary-kv:chunk_tokens=8",
-                      "boundary-kv:chunk_tokens=8,window=5"),
-    [](const ::testing::TestParamInfo<const char*>& info) {
-      std::string name;
-      for (const char* p = info.param; *p; ++p) name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+                      "boundary-kv:chunk_tokens=8,window=5")),
+    [](const ::testing::TestParamInfo<ContractParam>& info) {
+      std::string name = std::string(std::get<0>(info.param)) + "_";
+      for (const char* p = std::get<1>(info.param); *p; ++p) name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
       return name;
     });
 
