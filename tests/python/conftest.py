@@ -59,6 +59,21 @@ def llama_cpp_mod():
 
 
 @pytest.fixture(scope="session")
+def inference_vindex(larql_bin, model_path, tmp_path_factory) -> Path:
+    """The default model extracted once per session at level inference (f16 side channels,
+    down_top_k 10, --quant keep): shared by test_extract.py and test_vindex_tools.py. Tests may
+    damage a file only if they restore it."""
+    import json
+    import subprocess
+    out = tmp_path_factory.mktemp("vx") / "gemma.vindex"
+    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(out), "--level", "inference", "--json",
+                        "-t", str(peer.THREADS)], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr
+    print(f"\n[extract] {json.loads(r.stdout)}")
+    return out
+
+
+@pytest.fixture(scope="session")
 def results_dir() -> Path:
     return peer.results_dir()
 

@@ -11,8 +11,10 @@ package's dequantisation and numpy, the `tokenizers` package and llama.cpp's gol
 - `larql verify` catches a flipped byte in each file, a missing or unlisted file, a truncated
   index.json and a checksum key outside the directory;
 - the vindex runs: `larql perplexity` on it gives logits bit-identical to the GGUF's;
-- `kill -9` at random points of an extract (5 times) leaves nothing at the target that verify
-  accepts, and the next extract completes.
+- `kill -9` at random points of an extract (5 times, level attention, each started with --resume)
+  leaves nothing at the target that verify accepts, and `--resume` then completes to a vindex whose
+  files equal the uninterrupted extract's (checksums); the verbs refuse that attention vindex
+  naming its level; `larql show` prints it.
 """
 from __future__ import annotations
 
@@ -40,14 +42,8 @@ pytestmark = pytest.mark.usefixtures("larql_bin", "model_path")
 
 
 @pytest.fixture(scope="module")
-def vindex(larql_bin, model_path, tmp_path_factory):
-    out = tmp_path_factory.mktemp("vx") / "gemma.vindex"
-    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(out), "--level", "inference", "--json",
-                        "-t", str(peer.THREADS)], capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stderr
-    info = json.loads(r.stdout)
-    print(f"\n[extract] {info}")
-    return out
+def vindex(inference_vindex):
+    return inference_vindex
 
 
 @pytest.fixture(scope="module")
@@ -220,9 +216,6 @@ def test_extract_refuses_to_overwrite_and_bad_flags(larql_bin, model_path, vinde
     r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(vindex) + "2", "--level", "inference",
                         "--quant", "q4k"], capture_output=True, text=True)
     assert r.returncode == 1 and "not built yet" in r.stderr
-    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(vindex) + "2", "--level", "attention"],
-                       capture_output=True, text=True)
-    assert r.returncode == 1 and "not built yet" in r.stderr
     r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", "/nonexistent/dir/x.vindex"], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "does not exist" in r.stderr
@@ -231,23 +224,86 @@ def test_extract_refuses_to_overwrite_and_bad_flags(larql_bin, model_path, vinde
     assert r.returncode == 2
 
 
-def test_killed_extracts_leave_nothing_verify_accepts(larql_bin, model_path, tmp_path):
-    target = tmp_path / "k.vindex"
+ATTENTION_FILES = {"gate_vectors.bin", "embeddings.bin", "down_meta.bin", "tokenizer.json", "tokenizer_config.json",
+                   "attn_weights.bin", "norms.bin", "weight_manifest.json"}
+
+
+@pytest.fixture(scope="module")
+def resumed_attention(larql_bin, model_path, tmp_path_factory):
+    """An attention-level extract killed (SIGKILL) 5 times at random points, each run started with
+    --resume, then completed with --resume. Returns (the vindex, what each kill left at the target)."""
+    base = tmp_path_factory.mktemp("kill")
+    target = base / "k.vindex"
+    cmd = [str(larql_bin), "extract", str(model_path), "-o", str(target), "--level", "attention", "--resume",
+           "-t", str(peer.THREADS)]
     rng = random.Random(5)
+    left = []
     for trial in range(5):
-        p = subprocess.Popen([str(larql_bin), "extract", str(model_path), "-o", str(target), "--dtype", "bf16",
-                              "--down-top-k", "2", "-t", str(peer.THREADS)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.2, 6.0))
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 8.0))
         p.send_signal(signal.SIGKILL)
         p.wait()
-        assert not target.exists() or verify(larql_bin, target).returncode == 0, f"trial {trial}"
-        assert not target.exists(), "a killed extract must not have renamed its staging directory into place"
-    # The next extract removes the dead runs' staging directories and completes.
-    r = subprocess.run([str(larql_bin), "extract", str(model_path), "-o", str(target), "--dtype", "bf16", "--down-top-k", "2",
-                        "-t", str(peer.THREADS)], capture_output=True, text=True, timeout=1800)
+        left.append((target.exists(), target.exists() and verify(larql_bin, target).returncode == 0))
+    staged = [p.name for p in base.iterdir() if ".partial-" in p.name]
+    r = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
+    return target, left, staged, json.loads(r.stdout), sorted(p.name for p in base.iterdir())
+
+
+def test_killed_extracts_leave_nothing_verify_accepts(resumed_attention):
+    _, left, staged, _, _ = resumed_attention
+    assert left == [(False, False)] * 5, "a killed extract must not have renamed its staging directory into place"
+    assert staged, "the kills should have left a staging directory to resume"
+
+
+def test_resume_completes_to_the_uninterrupted_vindex(larql_bin, resumed_attention, vindex):
+    """The resumed attention vindex equals the uninterrupted inference extract (same dtype and
+    top-k) on every file the two levels share, and its manifest is the inference manifest's
+    attention and norm entries."""
+    target, _, _, info, names = resumed_attention
+    assert names == ["k.vindex"], "the staging directories must be gone"
+    assert info["resumed"]["from"] and info["resumed"]["kept"], info
     assert verify(larql_bin, target).returncode == 0
-    assert [p.name for p in tmp_path.iterdir()] == ["k.vindex"]
+    got = json.loads((target / "index.json").read_text())
+    full = json.loads((vindex / "index.json").read_text())
+    assert got["extract_level"] == "attention" and got["has_model_weights"] is True and got["quant"] == "keep"
+    assert set(got["checksums"]) == ATTENTION_FILES
+    for name in ATTENTION_FILES - {"weight_manifest.json"}:
+        assert got["checksums"][name] == full["checksums"][name], name
+    want = [e for e in json.loads((vindex / "weight_manifest.json").read_text())
+            if e["file"] in ("attn_weights.bin", "norms.bin")]
+    assert json.loads((target / "weight_manifest.json").read_text()) == want
+    roles = {e["role"] for e in want}
+    assert {"attn_q", "attn_k", "attn_v", "attn_output", "attn_norm", "attn_q_norm", "output_norm"} <= roles
+    assert not roles & {"ffn_gate", "ffn_up", "ffn_down", "token_embd"}
+
+
+@pytest.mark.parametrize("verb", [["run", "Hello", "-n", "1"], ["chat"], ["bench"], ["perplexity", str(peer.DATA_DIR / "long_text_gpl3.txt")]])
+def test_verbs_refuse_an_attention_vindex(larql_bin, resumed_attention, verb):
+    target = resumed_attention[0]
+    r = subprocess.run([str(larql_bin), verb[0], str(target), *verb[1:]], capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode != 0
+    assert (f"{target} was extracted at level attention: it holds" in r.stderr
+            and f"{verb[0]} needs level inference" in r.stderr and "re-extract with --level inference" in r.stderr), r.stderr
+
+
+def test_show_prints_the_vindex(larql_bin, resumed_attention, vindex):
+    target = resumed_attention[0]
+    r = subprocess.run([str(larql_bin), "show", str(target), "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)["vindex"]
+    idx = json.loads((target / "index.json").read_text())
+    assert v["extract_level"] == "attention" and v["runnable"] is False and v["dtype"] == "f16" and v["quant"] == "keep"
+    assert v["num_layers"] == 18 and v["layer_bands"] == idx["layer_bands"]
+    assert v["source"]["fingerprint"] == idx["source"]["fingerprint"]
+    assert {k: f["bytes"] for k, f in v["files"].items()} == {n: (target / n).stat().st_size for n in ATTENTION_FILES}
+    text = subprocess.run([str(larql_bin), "show", str(target)], capture_output=True, text=True, timeout=120).stdout
+    assert "level          attention" in text and "attn_weights.bin" in text
+    # A runnable vindex: the vindex section and the model's.
+    r = subprocess.run([str(larql_bin), "show", str(vindex), "--json"], capture_output=True, text=True, timeout=120)
+    j = json.loads(r.stdout)
+    assert j["vindex"]["runnable"] is True and j["layers"] == 18 and j["vindex"]["extract_level"] == "inference"
 
 
 def test_a_damaged_manifest_is_a_clear_error(larql_bin, vindex, tmp_path):
