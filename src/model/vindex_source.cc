@@ -64,18 +64,22 @@ const std::vector<TensorRole>& all_tensor_roles() {
 
 std::string vindex_not_runnable_reason(const std::string& dir, const vindex::VindexIndex& x, const std::string& verb) {
   if (x.has_model_weights && x.extract_level >= vindex::ExtractLevel::Inference) return "";
+  // What the directory holds, from the files its index lists (a slice may hold any subset).
+  static const std::pair<const char*, const char*> kParts[] = {
+      {"gate_vectors.bin", "gate vectors"},       {"embeddings.bin", "embeddings"},
+      {"down_meta.bin", "down_meta"},             {"attn_weights.bin", "the attention weights"},
+      {"norms.bin", "the norms"},                 {"ffn_weights.bin", "the FFN weights"},
+      {"embed_weights.bin", "the embedding blocks"}};
+  std::vector<std::string> parts;
+  for (const auto& [file, what] : kParts)
+    if (x.checksums.count(file)) parts.emplace_back(what);
   std::string holds;
-  switch (x.extract_level) {
-    case vindex::ExtractLevel::Browse:
-      holds = x.has_model_weights ? "gate vectors, embeddings, down_meta and some weight files, not all"
-                                  : "gate vectors, embeddings and down_meta for browsing";
-      break;
-    case vindex::ExtractLevel::Attention:
-      holds = "gate vectors, embeddings, down_meta, and the attention weights and norms, but not the FFN weights nor the "
-              "embedding blocks";
-      break;
-    default: holds = "no model weights (has_model_weights is false)"; break;
-  }
+  for (size_t i = 0; i < parts.size(); ++i)
+    holds += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  if (holds.empty()) holds = "no data files";
+  if (parts.size() == 3 && x.checksums.count("gate_vectors.bin") && x.checksums.count("down_meta.bin") &&
+      x.checksums.count("embeddings.bin"))
+    holds += " for browsing";
   return dir + " was extracted at level " + vindex::extract_level_name(x.extract_level) + ": it holds " + holds + "; " +
          verb + " needs level inference \u2014 re-extract with --level inference";
 }

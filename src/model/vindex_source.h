@@ -25,7 +25,8 @@ std::optional<TensorRole> tensor_role_from_name(std::string_view name);
 const std::vector<TensorRole>& all_tensor_roles();
 
 /// Why a vindex cannot run a model, or "" when it can: the message names the directory, the
-/// level it was extracted at, what that level holds, and that `verb` needs level inference:
+/// level it was extracted at, what it holds (from the files its index lists: a slice may hold
+/// any subset), and that `verb` needs level inference:
 /// "NAME.vindex was extracted at level browse: it holds gate vectors, embeddings and down_meta
 /// for browsing; run needs level inference — re-extract with --level inference".
 std::string vindex_not_runnable_reason(const std::string& dir, const vindex::VindexIndex& index,
