@@ -212,6 +212,29 @@ VocabData vocab_from_gguf(const GgufFile& g) {
   return v;
 }
 
+void vocab_to_gguf(const VocabData& v, GgufWriter& w) {
+  const size_t n = v.tokens.size();
+  if (v.scores.size() != n || v.types.size() != n)
+    throw Error(ErrorKind::InvalidArgument, "vocab_to_gguf: " + std::to_string(n) + " tokens but " +
+                                                std::to_string(v.scores.size()) + " scores and " +
+                                                std::to_string(v.types.size()) + " types");
+  w.set("tokenizer.ggml.model", GgufValue::str(v.model));
+  w.set("tokenizer.ggml.tokens", GgufValue::string_array(v.tokens));
+  w.set("tokenizer.ggml.scores", GgufValue::f32_array(v.scores));
+  std::vector<int32_t> types(n);
+  for (size_t i = 0; i < n; ++i) types[i] = static_cast<int32_t>(v.types[i]);
+  w.set("tokenizer.ggml.token_type", GgufValue::i32_array(types));
+  if (!v.merges.empty()) w.set("tokenizer.ggml.merges", GgufValue::string_array(v.merges));
+  for (auto [id, key] : {std::pair{v.bos_id, "bos_token_id"}, {v.eos_id, "eos_token_id"}, {v.eot_id, "eot_token_id"},
+                         {v.pad_id, "padding_token_id"}, {v.unk_id, "unknown_token_id"}}) {
+    if (id >= 0) w.set(std::string("tokenizer.ggml.") + key, GgufValue::u32(static_cast<uint32_t>(id)));
+  }
+  w.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(v.add_bos));
+  w.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(v.add_eos));
+  w.set("tokenizer.ggml.add_space_prefix", GgufValue::boolean(v.add_space_prefix));
+  if (!v.chat_template.empty()) w.set("tokenizer.chat_template", GgufValue::str(v.chat_template));
+}
+
 Tokenizer Tokenizer::from_gguf(const GgufFile& g) { return Tokenizer(vocab_from_gguf(g)); }
 
 std::string Tokenizer::token_to_piece(int32_t id) const {

@@ -96,6 +96,30 @@ std::string from_hex(const std::string& hex) {
   return out;
 }
 
+// The default model's vocabulary through tokenizer.gguf (how a vindex stores it) is the GGUF's,
+// field for field.
+TEST(HfJsonTest, TheGemmaVocabularyRoundTripsThroughVocabToGguf) {
+  LARQL_REQUIRE_MODEL(model);
+  const VocabData original = vocab_from_gguf(*GgufFile::open(model));
+  GgufWriter w;
+  vocab_to_gguf(original, w);
+  const auto bytes = w.serialize();
+  const VocabData back = vocab_from_gguf(*GgufFile::parse(bytes.data(), bytes.size(), "tokenizer.gguf"));
+  EXPECT_EQ(back.tokens, original.tokens);
+  EXPECT_EQ(back.scores, original.scores);
+  EXPECT_EQ(back.types, original.types);
+  EXPECT_EQ(back.merges, original.merges);
+  EXPECT_EQ(back.bos_id, original.bos_id);
+  EXPECT_EQ(back.eos_id, original.eos_id);
+  EXPECT_EQ(back.eot_id, original.eot_id);
+  EXPECT_EQ(back.pad_id, original.pad_id);
+  EXPECT_EQ(back.unk_id, original.unk_id);
+  EXPECT_EQ(back.add_bos, original.add_bos);
+  EXPECT_EQ(back.add_eos, original.add_eos);
+  EXPECT_EQ(back.add_space_prefix, original.add_space_prefix);
+  EXPECT_EQ(back.chat_template, original.chat_template);
+}
+
 TEST(HfJsonTest, TheGemmaVocabularyRoundTripsToLlamaCppIds) {
   LARQL_REQUIRE_MODEL(model);
   const auto gguf = GgufFile::open(model);

@@ -259,6 +259,48 @@ TEST(Tokenizer, FromGgufRejectsOtherModels) {
   }
 }
 
+// vocab_to_gguf writes what vocab_from_gguf reads (whose keys are checked above against the
+// hand-written layout and, in gguf_real_test, against llama.cpp's files): every field, including
+// the ones whose reader defaults differ from a struct default (add_space_prefix false).
+TEST(Tokenizer, VocabToGgufRoundTripsEveryField) {
+  VocabData v;
+  v.tokens = {"<pad>", "<eos>", "<bos>", "<0x41>", "\xe2\x96\x81a", "b", "<start_of_turn>"};
+  v.scores = {0.0f, 0.0f, 0.0f, 0.0f, -1.5f, -2.25f, 0.0f};
+  v.types = {TokenType::Control, TokenType::Control, TokenType::Control, TokenType::Byte,
+             TokenType::Normal, TokenType::Unused, TokenType::UserDefined};
+  v.merges = {"a b"};
+  v.pad_id = 0;
+  v.eos_id = 1;
+  v.bos_id = 2;
+  v.eot_id = 6;
+  v.unk_id = -1;
+  v.add_bos = false;
+  v.add_eos = true;
+  v.add_space_prefix = false;
+  v.chat_template = "{{ messages }}";
+  GgufWriter w;
+  vocab_to_gguf(v, w);
+  const auto bytes = w.serialize();
+  const VocabData back = vocab_from_gguf(*GgufFile::parse(bytes.data(), bytes.size(), "tokenizer.gguf"));
+  EXPECT_EQ(back.model, v.model);
+  EXPECT_EQ(back.tokens, v.tokens);
+  EXPECT_EQ(back.scores, v.scores);
+  EXPECT_EQ(back.types, v.types);
+  EXPECT_EQ(back.merges, v.merges);
+  EXPECT_EQ(back.bos_id, 2);
+  EXPECT_EQ(back.eos_id, 1);
+  EXPECT_EQ(back.eot_id, 6);
+  EXPECT_EQ(back.pad_id, 0);
+  EXPECT_EQ(back.unk_id, -1);
+  EXPECT_FALSE(back.add_bos);
+  EXPECT_TRUE(back.add_eos);
+  EXPECT_FALSE(back.add_space_prefix);
+  EXPECT_EQ(back.chat_template, v.chat_template);
+
+  v.scores.pop_back();
+  EXPECT_THROW(vocab_to_gguf(v, w), Error);
+}
+
 // ---- StreamDecoder / UTF-8 repair ----
 
 TEST(StreamDecoder, HoldsSplitEmojiUntilComplete) {
