@@ -21,7 +21,7 @@ LAYERS = {
     "util": [],
     "formats": ["util"],
     "vindex": ["util"],
-    "lql": ["util"],
+    "lql": ["inference"],
     "quant": ["util"],
     "compute": ["quant"],
     "model": ["compute", "formats", "tokenizer", "vindex"],
@@ -31,7 +31,7 @@ LAYERS = {
     "boundary": ["util"],
     "kv": ["inference", "boundary", "tokenizer"],
     "accuracy": ["kv"],
-    "cli": ["kv", "accuracy", "extract"],
+    "cli": ["kv", "accuracy", "extract", "lql"],
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')

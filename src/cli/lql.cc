@@ -1,0 +1,202 @@
+// `larql lql [NAME.vindex]`: the LQL REPL (libedit line editing, history, keyword completion),
+// or a script with -e "..." / -f FILE / statements on a stdin that is not a terminal
+// (docs/lql.md "The REPL and scripts").
+#include <editline/readline.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/common.h"
+#include "lql/executor.h"
+#include "lql/parser.h"
+#include "lql/script.h"
+#include "util/error.h"
+#include "util/text_file.h"
+
+namespace larql::cli {
+namespace {
+
+struct LqlArgs {
+  std::string vindex, file;
+  std::vector<std::string> exprs;
+  bool json = false, keep_going = false;
+  int threads = 0, width = 0;
+};
+
+int terminal_width(int forced) {
+  if (forced > 0) return forced;
+  winsize ws{};
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return isatty(STDOUT_FILENO) ? 100 : 1 << 20;  // a pipe: never cut
+}
+
+class Runner {
+ public:
+  explicit Runner(const LqlArgs& a) : a_(a), session_(lql::SessionOptions{a.threads, "."}), exec_(session_) {}
+
+  lql::Session& session() { return session_; }
+
+  /// Parse and run one statement's text; false (after printing the error) when it failed.
+  bool run_chunk(const lql::Chunk& ch) {
+    try {
+      const lql::Pipeline p = lql::parse_one(ch.text);
+      for (const auto& st : p.stages) {
+        const lql::Table t = exec_.run(st);
+        if (a_.json) {
+          std::printf("%s\n", lql::render_json(t).c_str());
+        } else {
+          std::printf("%s\n", lql::render_text(t, terminal_width(a_.width)).c_str());
+        }
+        std::fflush(stdout);
+      }
+      return true;
+    } catch (const Error& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "error: %s\n", e.what());
+      if (a_.json) {
+        nlohmann::json j = {{"error", e.what()}, {"kind", error_kind_name(e.kind())}};
+        std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        std::fflush(stdout);
+      }
+      return false;
+    }
+  }
+
+  /// Run every statement of a script (the last ';' optional). Returns the exit status: 0, or 1
+  /// after the first error (every error with --keep-going).
+  int run_script(const std::string& src) {
+    std::string rest;
+    const auto chunks = lql::split_statements(src + "\n;", &rest);
+    int status = 0;
+    for (const auto& ch : chunks) {
+      if (!run_chunk(ch)) {
+        status = 1;
+        if (!a_.keep_going) break;
+      }
+    }
+    if (!lql::is_blank(rest) && status == 0) {
+      std::fprintf(stderr, "error: unterminated string at the end of the script\n");
+      status = 1;
+    }
+    return status;
+  }
+
+ private:
+  const LqlArgs& a_;
+  lql::Session session_;
+  lql::Executor exec_;
+};
+
+const char* kHelp =
+    "Statements end with ';' and may span lines. Keywords are case-insensitive.\n"
+    "  USE \"NAME.vindex\";          SHOW MODELS | LAYERS [a-b] | FEATURES n [WHERE ...] [LIMIT n] | ENTITIES;\n"
+    "  STATS;                       DESCRIBE \"entity\" [AT LAYER n | SYNTAX | KNOWLEDGE | OUTPUT] [BRIEF | VERBOSE | RAW];\n"
+    "  WALK \"prompt\" [TOP n] [LAYERS a-b];   EXPLAIN WALK | INFER \"prompt\" [TOP n] [LAYERS a-b] [band] [VERBOSE];\n"
+    "  SELECT fields | * FROM EDGES | FEATURES | ENTITIES [NEAREST TO \"x\" AT LAYER n] [WHERE ...] [ORDER BY f [DESC]] [LIMIT n];\n"
+    "  INFER \"prompt\" [TOP n];       TRACE \"prompt\" [FOR \"token\"] [LAYERS a-b] [POSITIONS ALL] [DECOMPOSE];\n"
+    "Not built yet (rejected with a message): INSERT, UPDATE, DELETE, patches, DIFF, COMPILE, SHOW RELATIONS / PATCHES.\n"
+    "\\help this text   \\q quit (or Ctrl-D).   The grammar: docs/lql.md.\n";
+
+char* keyword_generator(const char* text, int state) {
+  static size_t index;
+  static std::string prefix;
+  if (state == 0) {
+    index = 0;
+    prefix = text;
+  }
+  const auto& kws = lql::keywords();
+  while (index < kws.size()) {
+    const std::string kw(kws[index++]);
+    if (kw.size() < prefix.size()) continue;
+    bool match = true;
+    for (size_t i = 0; i < prefix.size() && match; ++i)
+      match = std::toupper(static_cast<unsigned char>(prefix[i])) == kw[i];
+    if (match) {
+      // Keep the case the user started with.
+      std::string out = kw;
+      if (!prefix.empty() && std::islower(static_cast<unsigned char>(prefix[0])))
+        for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return strdup(out.c_str());
+    }
+  }
+  return nullptr;
+}
+
+char** complete(const char* text, int, int) {
+  rl_attempted_completion_over = 1;
+  return rl_completion_matches(text, keyword_generator);
+}
+
+int repl(Runner& r) {
+  rl_attempted_completion_function = complete;
+  std::string pending;
+  while (true) {
+    char* line = readline(pending.empty() ? "lql> " : "...> ");
+    if (!line) {  // Ctrl-D
+      std::printf("\n");
+      return 0;
+    }
+    std::string text(line);
+    std::free(line);
+    if (pending.empty() && (text == "\\q" || text == "\\quit" || text == "exit" || text == "quit")) return 0;
+    if (pending.empty() && (text == "\\help" || text == "\\h" || text == "\\?" || text == "help")) {
+      std::printf("%s", kHelp);
+      continue;
+    }
+    if (!lql::is_blank(text)) add_history(text.c_str());
+    pending += text + "\n";
+    std::string rest;
+    const auto chunks = lql::split_statements(pending, &rest);
+    for (const auto& ch : chunks) r.run_chunk(ch);
+    pending = lql::is_blank(rest) ? std::string() : rest;
+  }
+}
+
+void run(const LqlArgs& a) {
+  Runner r(a);
+  if (!a.vindex.empty()) r.session().use(a.vindex);
+  int status = 0;
+  if (!a.exprs.empty() || !a.file.empty()) {
+    for (const auto& e : a.exprs) {
+      status = r.run_script(e);
+      if (status != 0 && !a.keep_going) break;
+    }
+    if ((status == 0 || a.keep_going) && !a.file.empty()) {
+      const int s2 = r.run_script(read_text_file(a.file, "the LQL script"));
+      status = status ? status : s2;
+    }
+  } else if (!isatty(STDIN_FILENO)) {
+    std::string src((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    status = r.run_script(src);
+  } else {
+    std::printf("larql lql — \\help for help, Ctrl-D to quit\n");
+    status = repl(r);
+  }
+  std::fflush(stdout);
+  if (status != 0) std::exit(status);
+}
+
+}  // namespace
+
+void register_lql(CLI::App& app) {
+  auto a = std::make_shared<LqlArgs>();
+  CLI::App* s = app.add_subcommand("lql", "query a vindex in LQL: a REPL, or a script with -e / -f (docs/lql.md)");
+  s->add_option("vindex", a->vindex, "the vindex directory to USE first");
+  s->add_option("-e,--execute", a->exprs, "run these statements (';'-separated) and exit; may be repeated");
+  s->add_option("-f,--file", a->file, "run the statements of FILE and exit");
+  s->add_flag("--json", a->json, "print each result as one JSON document (docs/lql.md \"JSON output\")");
+  s->add_flag("--keep-going", a->keep_going, "with -e / -f / stdin: run the statements after a failed one (exit 1 at the end)");
+  s->add_option("--threads", a->threads, "compute threads (0: one per core)")->check(CLI::Range(0, 1024));
+  s->add_option("--width", a->width, "text width of tables (default: the terminal's; unlimited on a pipe)")
+      ->check(CLI::Range(20, 100000));
+  s->callback([a] { run(*a); });
+}
+
+}  // namespace larql::cli

@@ -1,0 +1,252 @@
+// The statements that run the prompt: WALK, EXPLAIN WALK / INFER, INFER, TRACE. The forward pass
+// (inference/forward.h) reports each layer's rows through a LayerObserver.
+#include <algorithm>
+#include <cmath>
+
+#include "inference/forward.h"
+#include "inference/kv_cache.h"
+#include "lql/exec_internal.h"
+#include "model/model.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace larql::lql::detail {
+
+namespace {
+
+class Capture final : public LayerObserver {
+ public:
+  Capture(int64_t last, bool all) : last_(last), all_(all) {}
+  bool wants(int64_t pos) const override { return all_ || pos == last_; }
+  void on_layer(const LayerTrace& t) override {
+    auto copy = [&](const float* p) { return std::vector<float>(p, p + t.hidden); };
+    rows.push_back({t.layer, t.pos, copy(t.residual_in), copy(t.attn_out), copy(t.ffn_in), copy(t.ffn_out),
+                    copy(t.residual_out)});
+  }
+  std::vector<LayerRows> rows;
+
+ private:
+  int64_t last_;
+  bool all_;
+};
+
+std::vector<double> softmax(const std::vector<float>& logits) {
+  std::vector<double> p(logits.size());
+  double mx = -INFINITY, sum = 0;
+  for (float x : logits) mx = std::max(mx, static_cast<double>(x));
+  for (size_t i = 0; i < logits.size(); ++i) sum += p[i] = std::exp(static_cast<double>(logits[i]) - mx);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+std::vector<int64_t> top_ids(const std::vector<float>& v, size_t n) {
+  std::vector<int64_t> ids(v.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+  n = std::min(n, ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](int64_t a, int64_t b) {
+    return v[static_cast<size_t>(a)] != v[static_cast<size_t>(b)] ? v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)]
+                                                                  : a < b;
+  });
+  ids.resize(n);
+  return ids;
+}
+
+std::string quoted_token(Session& s, int64_t id) { return "\"" + s.token_text(id) + "\""; }
+
+// The layers of a WALK / EXPLAIN: LAYERS range, band, or all.
+std::vector<int64_t> pick_layers(Session& s, const std::optional<LayerRange>& r, const std::optional<Band>& b, Pos pos) {
+  std::vector<int64_t> ls = layers_of(s, r, pos);
+  if (b) {
+    const auto band = layers_of_band(s, *b, pos);
+    std::erase_if(ls, [&](int64_t l) { return std::find(band.begin(), band.end(), l) == band.end(); });
+  }
+  return ls;
+}
+
+// WALK's per-layer queries: the FFN input at the last position when the vindex has weights, else
+// the last token's embedding x embed_scale at every layer (no attention). Sets the title.
+std::vector<std::vector<float>> walk_queries(Session& s, const std::string& prompt, const std::vector<int64_t>& layers,
+                                             const std::string& what, Table& t) {
+  std::vector<std::vector<float>> qs;
+  if (s.index().has_model_weights) {
+    const ForwardRun run = run_forward(s, prompt, false, what);
+    for (int64_t l : layers) qs.push_back(run.rows[static_cast<size_t>(l)].ffn_in);
+    t.title = what + " \"" + prompt + "\": token " + quoted_token(s, run.tokens.back()) + " (last of " +
+              std::to_string(run.tokens.size()) + "), query = the FFN input of the forward pass at each layer";
+    return qs;
+  }
+  const auto ids = s.tokenizer().encode(prompt, true, false);
+  if (ids.empty()) throw Error(ErrorKind::InvalidArgument, what + ": the prompt has no tokens");
+  const TensorView e = s.embeddings();
+  std::vector<float> q(static_cast<size_t>(e.cols));
+  quant::dequantize_row(e.type, e.row(ids.back()), q.data(), e.cols);
+  for (float& x : q) x *= static_cast<float>(s.index().embed_scale);
+  qs.assign(layers.size(), q);
+  t.title = what + " \"" + prompt + "\": token " + quoted_token(s, ids.back()) + " (last of " +
+            std::to_string(ids.size()) + "), query = its embedding x embed_scale at every layer";
+  t.notes.push_back("The vindex has no model weights: a pure vindex scan without attention. "
+                    "A vindex extracted with --level inference walks the real residual.");
+  return qs;
+}
+
+}  // namespace
+
+ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions, const std::string& what) {
+  auto model = s.model(what);
+  ForwardRun out;
+  out.tokens = s.tokenizer().encode(prompt, true, false);
+  if (out.tokens.empty()) throw Error(ErrorKind::InvalidArgument, what + ": the prompt has no tokens");
+  const int64_t n = static_cast<int64_t>(out.tokens.size());
+  const auto& cfg = model->config();
+  if (n > cfg.context_length && cfg.context_length > 0)
+    throw Error(ErrorKind::ContextOverflow, what + ": " + std::to_string(n) + " tokens, the model's context holds " +
+                                                std::to_string(cfg.context_length));
+  Forward fwd(model, std::shared_ptr<ThreadPool>(std::shared_ptr<ThreadPool>{}, &s.pool()));
+  KvCache cache(cfg);
+  Capture cap(n - 1, all_positions);
+  fwd.set_observer(&cap);
+  std::vector<float> x(static_cast<size_t>(n * cfg.hidden));
+  fwd.forward(out.tokens.data(), n, cache, x.data());
+  out.last_logits.resize(static_cast<size_t>(cfg.vocab));
+  fwd.logits(x.data() + (n - 1) * cfg.hidden, 1, out.last_logits.data());
+  out.rows = std::move(cap.rows);
+  // Layer-major within each position (the forward reports layer by layer over all positions).
+  std::stable_sort(out.rows.begin(), out.rows.end(),
+                   [](const LayerRows& a, const LayerRows& b) { return a.pos != b.pos ? a.pos < b.pos : a.layer < b.layer; });
+  return out;
+}
+
+Table exec_walk(Session& s, const WalkStmt& st, Pos pos) {
+  if (st.compare) not_built("WALK ... COMPARE", pos, "there is no second walk mode to compare with");
+  Table t;
+  const auto layers = layers_of(s, st.layers, pos);
+  const auto qs = walk_queries(s, st.prompt, layers, "WALK", t);
+  Table h = hits_table(s, layers, qs, static_cast<int>(st.top.value_or(5)));
+  h.statement = "WALK";
+  h.title = t.title;
+  h.notes = t.notes;
+  return h;
+}
+
+Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
+  const std::string what = st.infer ? "EXPLAIN INFER" : "EXPLAIN WALK";
+  if (st.relations_only) not_built(what + " ... RELATIONS ONLY", pos, "relation labels come with issue 11 part 4");
+  if (st.with_attention) not_built("EXPLAIN INFER ... WITH ATTENTION", pos);
+  const auto layers = pick_layers(s, st.layers, st.band, pos);
+  const int k = static_cast<int>(st.top.value_or(st.verbose ? 10 : st.infer ? 3 : 5));
+  if (!st.infer) {
+    Table t;
+    const auto qs = walk_queries(s, st.prompt, layers, what, t);
+    Table h = hits_table(s, layers, qs, k);
+    h.statement = "EXPLAIN";
+    h.title = t.title;
+    h.notes = t.notes;
+    return h;
+  }
+  const ForwardRun run = run_forward(s, st.prompt, false, what);
+  std::vector<std::vector<float>> qs;
+  for (int64_t l : layers) qs.push_back(run.rows[static_cast<size_t>(l)].ffn_in);
+  Table h = hits_table(s, layers, qs, k);
+  h.statement = "EXPLAIN";
+  const auto p = softmax(run.last_logits);
+  const int64_t best = top_ids(run.last_logits, 1)[0];
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * p[static_cast<size_t>(best)]);
+  h.title = "Inference trace for \"" + st.prompt + "\": prediction " + quoted_token(s, best) + " (" + buf +
+            "); features by the FFN input of each layer";
+  return h;
+}
+
+Table exec_infer(Session& s, const InferStmt& st, Pos pos) {
+  if (st.compare) not_built("INFER ... COMPARE", pos, "there is no walk FFN yet to compare the dense pass with");
+  const ForwardRun run = run_forward(s, st.prompt, false, "INFER");
+  const auto p = softmax(run.last_logits);
+  Table t;
+  t.statement = "INFER";
+  t.title = "Predictions for \"" + st.prompt + "\" (" + std::to_string(run.tokens.size()) + " tokens, dense forward)";
+  t.columns = {{"rank", Column::Type::Int}, {"token"}, {"token_id", Column::Type::Int},
+               {"probability", Column::Type::Float, 4}, {"logit", Column::Type::Float, 3}};
+  int64_t rank = 1;
+  for (int64_t id : top_ids(run.last_logits, static_cast<size_t>(st.top.value_or(5))))
+    t.rows.push_back({rank++, s.token_text(id), id, p[static_cast<size_t>(id)],
+                      static_cast<double>(run.last_logits[static_cast<size_t>(id)])});
+  return t;
+}
+
+Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
+  const ForwardRun run = run_forward(s, st.prompt, st.all_positions, "TRACE");
+  auto model = s.model("TRACE");
+  const auto& cfg = model->config();
+  const int64_t hidden = cfg.hidden, vocab = cfg.vocab;
+  int64_t target = top_ids(run.last_logits, 1)[0];
+  if (st.target) {
+    const std::string text = (!st.target->empty() && st.target->front() == ' ') ? *st.target : " " + *st.target;
+    auto ids = s.tokenizer().encode(text, false, false);
+    if (ids.empty()) ids = s.tokenizer().encode(*st.target, false, false);
+    if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "TRACE ... FOR at " + pos.str() + ": the target has no tokens");
+    target = ids[0];
+  }
+  std::vector<int64_t> layers = layers_of(s, st.layers, pos);
+  // The logit lens at three points of each layer: x entering, h = x + attention, x leaving.
+  std::vector<const LayerRows*> picked;
+  for (const auto& r : run.rows)
+    if (std::find(layers.begin(), layers.end(), r.layer) != layers.end()) picked.push_back(&r);
+  std::vector<float> xs(picked.size() * 3 * static_cast<size_t>(hidden));
+  for (size_t i = 0; i < picked.size(); ++i) {
+    float* a = xs.data() + (3 * i) * static_cast<size_t>(hidden);
+    std::copy(picked[i]->residual_in.begin(), picked[i]->residual_in.end(), a);
+    for (int64_t j = 0; j < hidden; ++j) a[hidden + j] = picked[i]->residual_in[static_cast<size_t>(j)] + picked[i]->attn_out[static_cast<size_t>(j)];
+    std::copy(picked[i]->residual_out.begin(), picked[i]->residual_out.end(), a + 2 * hidden);
+  }
+  Forward fwd(model, std::shared_ptr<ThreadPool>(std::shared_ptr<ThreadPool>{}, &s.pool()));
+  Table t;
+  t.statement = "TRACE";
+  t.title = "Trace of \"" + st.prompt + "\" for " + quoted_token(s, target) +
+            ": attn / ffn = the change of the target's logit-lens logit across attention / the FFN";
+  t.columns = {{"pos", Column::Type::Int},          {"layer", Column::Type::Int},        {"rank", Column::Type::Int},
+               {"prob", Column::Type::Float, 4},    {"logit", Column::Type::Float, 3},   {"attn", Column::Type::Float, 3},
+               {"ffn", Column::Type::Float, 3},     {"who"}};
+  if (st.decompose) {
+    t.columns.push_back({"attn_norm", Column::Type::Float, 2});
+    t.columns.push_back({"ffn_norm", Column::Type::Float, 2});
+    t.columns.push_back({"residual_norm", Column::Type::Float, 2});
+    t.columns.push_back({"attn_share", Column::Type::Float, 3});
+  }
+  std::vector<float> lg(3 * static_cast<size_t>(vocab));
+  auto norm = [](const std::vector<float>& v) {
+    double s2 = 0;
+    for (float x : v) s2 += static_cast<double>(x) * x;
+    return std::sqrt(s2);
+  };
+  for (size_t i = 0; i < picked.size(); ++i) {
+    fwd.logits(xs.data() + 3 * i * static_cast<size_t>(hidden), 3, lg.data());
+    const float* out = lg.data() + 2 * vocab;
+    const float tl = out[target];
+    int64_t rank = 1;
+    for (int64_t v = 0; v < vocab; ++v) rank += out[v] > tl;
+    const std::vector<float> last(out, out + vocab);
+    const double prob = softmax(last)[static_cast<size_t>(target)];
+    const double attn = static_cast<double>(lg[static_cast<size_t>(vocab + target)]) - lg[static_cast<size_t>(target)];
+    const double ffn = static_cast<double>(tl) - lg[static_cast<size_t>(vocab + target)];
+    const char* who = attn > 0.5 && ffn > 0.5     ? "BOTH up"
+                      : attn > 0.5 && attn >= ffn ? "ATTN up"
+                      : ffn > 0.5                 ? "FFN up"
+                      : attn < -0.5 && ffn < -0.5 ? "both down"
+                      : attn < -0.5               ? "attn down"
+                      : ffn < -0.5                ? "ffn down"
+                                                  : "~";
+    std::vector<Cell> row = {picked[i]->pos, picked[i]->layer, rank, prob, static_cast<double>(tl), attn, ffn,
+                             std::string(who)};
+    if (st.decompose) {
+      const double an = norm(picked[i]->attn_out), fn = norm(picked[i]->ffn_out);
+      row.push_back(an);
+      row.push_back(fn);
+      row.push_back(norm(picked[i]->residual_out));
+      row.push_back(an + fn > 0 ? an / (an + fn) : 0.0);
+    }
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
+}  // namespace larql::lql::detail

@@ -1,0 +1,69 @@
+// Internal to the executor: one function per statement family, and the table operations WHERE,
+// ORDER BY, LIMIT and field lists share. Not part of the library's interface.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lql/ast.h"
+#include "lql/session.h"
+#include "lql/table.h"
+
+namespace larql::lql::detail {
+
+/// Error{Unsupported}: "<what> is not built yet (LINE:COL)[: why]".
+[[noreturn]] void not_built(const std::string& what, Pos pos, const std::string& why = "");
+
+/// Keep the rows for which `c` holds. Errors: InvalidArgument for a field the table lacks
+/// (listing its columns) or a number field compared with a text (and back), with c's position.
+void filter_rows(Table& t, const Cond& c);
+/// Stable sort by `field`; nulls last. Errors: InvalidArgument for an unknown field.
+void order_rows(Table& t, const std::string& field, bool descending, Pos pos);
+/// Keep the first `limit` rows; adds a note "showing L of N rows" when rows were dropped.
+void limit_rows(Table& t, int64_t limit);
+/// Keep only `fields`, in that order (empty: all). Errors: InvalidArgument for an unknown field.
+void project(Table& t, const std::vector<std::string>& fields, Pos pos);
+
+/// Layers of a range clause, checked against the vindex (InvalidArgument when out of range);
+/// all layers when absent.
+std::vector<int64_t> layers_of(Session& s, const std::optional<LayerRange>& r, Pos pos);
+/// Layers of a band (SYNTAX / KNOWLEDGE / OUTPUT; All: every layer).
+std::vector<int64_t> layers_of_band(Session& s, Band b, Pos pos);
+/// Check a single layer. Errors: InvalidArgument naming the layer, the range and `pos`.
+void check_layer(Session& s, int64_t layer, Pos pos);
+
+/// The tokens a feature writes (down_meta), top first, up to n, after the first `skip` entries;
+/// a text already listed (or skipped) is not repeated. Empty when the vindex has no down_meta.
+std::vector<std::string> feature_tokens(Session& s, int64_t layer, int64_t feature, size_t skip, size_t n);
+/// Top token id and c_score of a feature; nullopt without down_meta or for an empty record.
+std::optional<std::pair<int64_t, double>> feature_top(Session& s, int64_t layer, int64_t feature);
+
+/// Per layer, the top k gate-KNN hits of that layer's query (queries[i] for layers[i]): rows
+/// layer, feature, gate, token, token_id, c_score, also.
+Table hits_table(Session& s, const std::vector<int64_t>& layers, const std::vector<std::vector<float>>& queries, int k);
+
+Table exec_describe(Session& s, const DescribeStmt& st, Pos pos);
+Table exec_walk(Session& s, const WalkStmt& st, Pos pos);
+Table exec_explain(Session& s, const ExplainStmt& st, Pos pos);
+Table exec_select(Session& s, const SelectStmt& st, Pos pos);
+Table exec_show_features(Session& s, const ShowStmt& st, Pos pos);
+Table exec_show_entities(Session& s, const ShowStmt& st, Pos pos);
+Table exec_infer(Session& s, const InferStmt& st, Pos pos);
+Table exec_trace(Session& s, const TraceStmt& st, Pos pos);
+
+/// The residual rows a forward pass produced at one position, per layer.
+struct LayerRows {
+  int64_t layer = 0, pos = 0;
+  std::vector<float> residual_in, attn_out, ffn_in, ffn_out, residual_out;
+};
+struct ForwardRun {
+  std::vector<int32_t> tokens;
+  std::vector<LayerRows> rows;   ///< layer-major per position: every layer of each wanted position
+  std::vector<float> last_logits;  ///< [vocab] at the last position
+};
+/// Tokenise `prompt` (with BOS) and run the model, keeping the rows of the last position (or of
+/// every position with all_positions). Errors: the model's; InvalidArgument for an empty prompt.
+ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions, const std::string& what);
+
+}  // namespace larql::lql::detail

@@ -1,0 +1,208 @@
+#include "lql/session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "model/model.h"
+#include "quant/quant.h"
+#include "tokenizer/hf_json.h"
+#include "util/error.h"
+#include "util/text_file.h"
+
+namespace larql::lql {
+
+namespace fs = std::filesystem;
+
+struct Session::Open {
+  std::string dir;
+  vindex::VindexIndex index;
+  DType dtype = DType::F32;
+  MappedFile gates, embeddings;
+  std::optional<vindex::DownMetaFile> down_meta;
+  std::optional<Tokenizer> tokenizer;
+  std::shared_ptr<const Model> model;
+};
+
+namespace {
+
+DType side_dtype(const std::string& name) {
+  if (name == "f16") return DType::F16;
+  if (name == "bf16") return DType::BF16;
+  return DType::F32;
+}
+
+}  // namespace
+
+Session::Session(SessionOptions opt) : opt_(std::move(opt)), pool_(std::make_shared<ThreadPool>(opt_.threads)) {}
+Session::~Session() = default;
+
+void Session::use(const std::string& dir) {
+  auto o = std::make_unique<Open>();
+  o->dir = dir;
+  o->index = vindex::read_index(dir);
+  o->dtype = side_dtype(o->index.dtype);
+  const auto& ix = o->index;
+  const uint64_t esize = static_cast<uint64_t>(vindex::dtype_size(ix.dtype));
+  if (!ix.layers.empty()) {
+    o->gates = MappedFile::open((fs::path(dir) / "gate_vectors.bin").string());
+    const auto& last = ix.layers.back();
+    if (o->gates.size() < last.offset + last.length)
+      throw Error(ErrorKind::Format, dir + "/gate_vectors.bin: " + std::to_string(o->gates.size()) +
+                                         " bytes, index.json's layers need " +
+                                         std::to_string(last.offset + last.length));
+  }
+  const fs::path emb = fs::path(dir) / "embeddings.bin";
+  if (fs::exists(emb)) {
+    o->embeddings = MappedFile::open(emb.string());
+    const uint64_t need = static_cast<uint64_t>(ix.vocab_size) * static_cast<uint64_t>(ix.hidden_size) * esize;
+    if (o->embeddings.size() < need)
+      throw Error(ErrorKind::Format, emb.string() + ": " + std::to_string(o->embeddings.size()) +
+                                         " bytes, vocab_size x hidden_size needs " + std::to_string(need));
+  }
+  const fs::path dm = fs::path(dir) / "down_meta.bin";
+  if (fs::exists(dm)) o->down_meta = vindex::DownMetaFile::open(dm.string());
+  open_ = std::move(o);
+}
+
+const vindex::VindexIndex& Session::index() const {
+  if (!open_) throw Error(ErrorKind::InvalidArgument, "no vindex in use (USE \"NAME.vindex\" first)");
+  return open_->index;
+}
+
+const std::string& Session::path() const {
+  index();
+  return open_->dir;
+}
+
+std::map<std::string, vindex::Band> Session::bands() const {
+  const auto& ix = index();
+  if (!ix.layer_bands.empty()) return ix.layer_bands;
+  return vindex::default_layer_bands(ix.family, ix.num_layers);
+}
+
+std::string Session::band_of(int64_t layer) const {
+  for (const char* name : {"syntax", "knowledge", "output"}) {
+    auto b = bands();
+    auto it = b.find(name);
+    if (it != b.end() && layer >= it->second.first && layer <= it->second.last) return name;
+  }
+  return "all";
+}
+
+TensorView Session::gate(int64_t layer) const {
+  const auto& ix = index();
+  if (layer < 0 || layer >= static_cast<int64_t>(ix.layers.size()))
+    throw Error(ErrorKind::InvalidArgument,
+                "layer " + std::to_string(layer) + " is out of range: the vindex has " +
+                    (ix.layers.empty() ? std::string("no gate vectors")
+                                       : "layers 0-" + std::to_string(ix.layers.size() - 1)));
+  const auto& s = ix.layers[static_cast<size_t>(layer)];
+  TensorView v;
+  v.type = open_->dtype;
+  v.rows = s.num_features;
+  v.cols = ix.hidden_size;
+  v.data = open_->gates.data() + s.offset;
+  v.row_bytes = static_cast<size_t>(ix.hidden_size) * static_cast<size_t>(vindex::dtype_size(ix.dtype));
+  return v;
+}
+
+TensorView Session::embeddings() const {
+  const auto& ix = index();
+  if (!open_->embeddings.data()) throw Error(ErrorKind::NotFound, open_->dir + ": no embeddings.bin");
+  TensorView v;
+  v.type = open_->dtype;
+  v.rows = ix.vocab_size;
+  v.cols = ix.hidden_size;
+  v.data = open_->embeddings.data();
+  v.row_bytes = static_cast<size_t>(ix.hidden_size) * static_cast<size_t>(vindex::dtype_size(ix.dtype));
+  return v;
+}
+
+const vindex::DownMetaFile* Session::down_meta() const {
+  index();
+  return open_->down_meta ? &*open_->down_meta : nullptr;
+}
+
+const Tokenizer& Session::tokenizer() {
+  index();
+  if (!open_->tokenizer) {
+    const fs::path d(open_->dir);
+    const std::string tj = read_text_file((d / "tokenizer.json").string(), "the vindex's tokenizer.json", 256u << 20);
+    const std::string tc = fs::exists(d / "tokenizer_config.json")
+                               ? read_text_file((d / "tokenizer_config.json").string(),
+                                                "the vindex's tokenizer_config.json", 64u << 20)
+                               : std::string();
+    open_->tokenizer.emplace(vocab_from_hf_tokenizer(tj, tc));
+  }
+  return *open_->tokenizer;
+}
+
+std::vector<GateHit> Session::gate_knn(int64_t layer, const float* q, int k) {
+  const TensorView g = gate(layer);
+  const int64_t hidden = g.cols;
+  k = static_cast<int>(std::min<int64_t>(k, g.rows));
+  if (k < 1) return {};
+  std::vector<float> qs(static_cast<size_t>(2 * hidden));
+  for (int64_t i = 0; i < hidden; ++i) {
+    qs[static_cast<size_t>(i)] = q[i];
+    qs[static_cast<size_t>(hidden + i)] = -q[i];
+  }
+  compute::TopKOptions opt;
+  opt.top_k = k;
+  const auto rows = compute::top_k_rows(*pool_, g, qs.data(), 2, opt);
+  std::vector<GateHit> hits;
+  std::vector<uint8_t> seen(static_cast<size_t>(g.rows), 0);
+  for (int j = 0; j < 2; ++j)
+    for (int i = 0; i < k; ++i) {
+      const auto& r = rows[static_cast<size_t>(j * k + i)];
+      if (seen[static_cast<size_t>(r.row)]) continue;  // padding, or a zero score found twice
+      seen[static_cast<size_t>(r.row)] = 1;
+      hits.push_back({layer, r.row, j == 0 ? r.score : -r.score});
+    }
+  std::sort(hits.begin(), hits.end(), [](const GateHit& a, const GateHit& b) {
+    const float x = std::fabs(a.score), y = std::fabs(b.score);
+    return x != y ? x > y : a.feature < b.feature;
+  });
+  if (hits.size() > static_cast<size_t>(k)) hits.resize(static_cast<size_t>(k));
+  return hits;
+}
+
+std::optional<std::vector<float>> Session::entity_query(const std::string& entity) {
+  const auto ids = tokenizer().encode(entity, false, false);
+  const TensorView e = embeddings();
+  std::vector<float> q(static_cast<size_t>(e.cols), 0.0f), row(static_cast<size_t>(e.cols));
+  int64_t n = 0;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= e.rows) continue;
+    quant::dequantize_row(e.type, e.row(id), row.data(), e.cols);
+    for (size_t i = 0; i < q.size(); ++i) q[i] += row[i];
+    ++n;
+  }
+  if (n == 0) return std::nullopt;
+  const float s = static_cast<float>(index().embed_scale) / static_cast<float>(n);
+  for (float& x : q) x *= s;
+  return q;
+}
+
+std::string Session::token_text(int64_t id) {
+  const Tokenizer& t = tokenizer();
+  if (id < 0 || id >= t.vocab_size()) return "<" + std::to_string(id) + ">";
+  std::string s = t.token_to_piece(static_cast<int32_t>(id));
+  const auto b = s.find_first_not_of(" \t\n\r");
+  if (b == std::string::npos) return s;  // all blank: keep it visible as it is
+  const auto e = s.find_last_not_of(" \t\n\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::shared_ptr<const Model> Session::model(const std::string& what) {
+  const auto& ix = index();
+  if (!ix.has_model_weights)
+    throw Error(ErrorKind::Unsupported, what + " needs a vindex with model weights; " + open_->dir +
+                                            " was extracted at level " + vindex::extract_level_name(ix.extract_level) +
+                                            " (larql extract MODEL -o X.vindex --level inference)");
+  if (!open_->model) open_->model = Model::load(open_->dir);
+  return open_->model;
+}
+
+}  // namespace larql::lql

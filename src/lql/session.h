@@ -1,0 +1,94 @@
+// The state LQL statements run against (docs/lql.md "Session"): the vindex in use, memory-mapped
+// (gate_vectors.bin, embeddings.bin, down_meta.bin), its tokenizer read on first use, and the
+// model loaded on first use by a statement that needs the forward pass (INFER, TRACE, WALK on a
+// vindex with weights).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compute/top_k_rows.h"
+#include "compute/tensor.h"
+#include "tokenizer/tokenizer.h"
+#include "util/mmap.h"
+#include "util/thread_pool.h"
+#include "vindex/down_meta_file.h"
+#include "vindex/index.h"
+
+namespace larql {
+class Model;
+}
+
+namespace larql::lql {
+
+struct SessionOptions {
+  int threads = 0;                 ///< the compute pool's threads; 0: one per core
+  std::string models_dir = ".";    ///< where SHOW MODELS looks for vindex directories
+};
+
+/// One gate-KNN hit: a feature of a layer and its signed score w_gate[f] · q.
+struct GateHit {
+  int64_t layer = 0;
+  int64_t feature = 0;
+  float score = 0.0f;
+};
+
+class Session {
+ public:
+  explicit Session(SessionOptions opt = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Open a vindex directory (USE). The previous one stays in use when this fails.
+  /// Errors: read_index's (NotFound / Format), NotFound for a declared file that is missing,
+  /// Format for a gate_vectors.bin / embeddings.bin shorter than index.json says, DownMetaFile's.
+  void use(const std::string& dir);
+  bool has_vindex() const { return open_ != nullptr; }
+  /// Errors: InvalidArgument "no vindex in use (USE "NAME.vindex" first)".
+  const vindex::VindexIndex& index() const;
+  const std::string& path() const;
+  const SessionOptions& options() const { return opt_; }
+  ThreadPool& pool() { return *pool_; }
+
+  /// Layer bands: index.json's layer_bands, else vindex::default_layer_bands.
+  std::map<std::string, vindex::Band> bands() const;
+  /// The band a layer falls in ("syntax", "knowledge", "output"; "all" when in none).
+  std::string band_of(int64_t layer) const;
+
+  /// Layer `layer`'s gate rows [num_features, hidden]. Errors: InvalidArgument naming the layer
+  /// and the range when out of range.
+  TensorView gate(int64_t layer) const;
+  /// embeddings.bin [vocab, hidden], unscaled.
+  TensorView embeddings() const;
+  /// down_meta.bin; nullptr when the vindex has none.
+  const vindex::DownMetaFile* down_meta() const;
+  /// The tokenizer (tokenizer.json + tokenizer_config.json), read on first use.
+  const Tokenizer& tokenizer();
+
+  /// The top k features of `layer` by |w_gate[f] · q| (q: hidden floats), signed scores kept,
+  /// sorted by |score| descending, ties to the lower feature (the original's gate_knn, §gate KNN
+  /// in docs/lql.md). Runs compute::top_k_rows on q and -q: exact scores for the stored dtype.
+  std::vector<GateHit> gate_knn(int64_t layer, const float* q, int k);
+
+  /// DESCRIBE's / NEAREST's query: the mean over the entity's tokens (encoded without BOS) of
+  /// embedding rows × embed_scale. nullopt when the text has no tokens.
+  std::optional<std::vector<float>> entity_query(const std::string& entity);
+  /// A token's text for display: its piece with surrounding blanks trimmed.
+  std::string token_text(int64_t id);
+  /// The model, loaded on first use. Errors: Unsupported "<what> needs a vindex with model
+  /// weights (larql extract MODEL -o X.vindex --level inference)"; Model::load's errors.
+  std::shared_ptr<const Model> model(const std::string& what);
+
+ private:
+  struct Open;
+  SessionOptions opt_;
+  std::shared_ptr<ThreadPool> pool_;
+  std::unique_ptr<Open> open_;
+};
+
+}  // namespace larql::lql

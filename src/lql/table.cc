@@ -1,0 +1,190 @@
+#include "lql/table.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace larql::lql {
+
+int Table::column(const std::string& name) const {
+  for (size_t i = 0; i < columns.size(); ++i)
+    if (columns[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+const char* column_type_name(Column::Type t) {
+  switch (t) {
+    case Column::Type::Int: return "int";
+    case Column::Type::Float: return "float";
+    case Column::Type::Text: return "text";
+    case Column::Type::List: return "list";
+  }
+  return "text";
+}
+
+namespace {
+
+// Valid UTF-8 with bad bytes as U+FFFD and control characters escaped.
+std::string clean(const std::string& s, bool escape_controls) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (escape_controls && (c < 0x20 || c == 0x7f)) {
+        if (c == '\n') out += "\\n";
+        else if (c == '\t') out += "\\t";
+        else if (c == '\r') out += "\\r";
+        else {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02X", c);
+          out += buf;
+        }
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    int len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (int k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok && len == 3) {
+      unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
+    }
+    if (ok && len == 4) {
+      unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+    }
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+size_t cp_len(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// The first `n` code points of s, with "…" as the last when cut.
+std::string cut(const std::string& s, size_t n) {
+  if (cp_len(s) <= n) return s;
+  size_t cps = 0, i = 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (cps == n - 1) break;
+      ++cps;
+    }
+  }
+  return s.substr(0, i) + "\xE2\x80\xA6";
+}
+
+std::string format_cell(const Cell& c, const Column& col) {
+  if (std::holds_alternative<std::monostate>(c)) return "-";
+  if (auto* i = std::get_if<int64_t>(&c)) return std::to_string(*i);
+  if (auto* d = std::get_if<double>(&c)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", col.precision, *d);
+    return buf;
+  }
+  if (auto* s = std::get_if<std::string>(&c)) return clean(*s, true);
+  const auto& list = std::get<std::vector<std::string>>(c);
+  std::string out;
+  for (size_t i = 0; i < list.size(); ++i) out += (i ? ", " : "") + clean(list[i], true);
+  return out;
+}
+
+}  // namespace
+
+std::string render_text(const Table& t, int width) {
+  std::string out;
+  if (!t.title.empty()) out += clean(t.title, true) + "\n";
+  const size_t nc = t.columns.size();
+  if (nc > 0) {
+    std::vector<std::vector<std::string>> cells(t.rows.size(), std::vector<std::string>(nc));
+    std::vector<size_t> w(nc);
+    for (size_t c = 0; c < nc; ++c) w[c] = cp_len(t.columns[c].name);
+    for (size_t r = 0; r < t.rows.size(); ++r)
+      for (size_t c = 0; c < nc && c < t.rows[r].size(); ++c) {
+        cells[r][c] = format_cell(t.rows[r][c], t.columns[c]);
+        w[c] = std::max(w[c], cp_len(cells[r][c]));
+      }
+    // Shrink the widest text / list column, one character at a time, until the line fits.
+    auto total = [&] {
+      size_t s = 2 * (nc - 1);
+      for (size_t x : w) s += x;
+      return s;
+    };
+    while (total() > static_cast<size_t>(std::max(width, 20))) {
+      int widest = -1;
+      for (size_t c = 0; c < nc; ++c) {
+        bool text = t.columns[c].type == Column::Type::Text || t.columns[c].type == Column::Type::List;
+        if (text && w[c] > 8 && (widest < 0 || w[c] > w[static_cast<size_t>(widest)])) widest = static_cast<int>(c);
+      }
+      if (widest < 0) break;
+      --w[static_cast<size_t>(widest)];
+    }
+    auto line = [&](const std::vector<std::string>& row) {
+      std::string l;
+      for (size_t c = 0; c < nc; ++c) {
+        std::string s = cut(row[c], w[c]);
+        std::string pad(w[c] - std::min(w[c], cp_len(s)), ' ');
+        bool right = t.columns[c].type == Column::Type::Int || t.columns[c].type == Column::Type::Float;
+        if (c) l += "  ";
+        l += right ? pad + s : (c + 1 == nc ? s : s + pad);
+      }
+      while (!l.empty() && l.back() == ' ') l.pop_back();
+      return l + "\n";
+    };
+    std::vector<std::string> head(nc);
+    for (size_t c = 0; c < nc; ++c) head[c] = t.columns[c].name;
+    out += line(head);
+    std::string rule;
+    for (size_t c = 0; c < nc; ++c) {
+      if (c) rule += "  ";
+      for (size_t k = 0; k < w[c]; ++k) rule += "\xE2\x94\x80";
+    }
+    out += rule + "\n";
+    for (const auto& row : cells) out += line(row);
+  }
+  for (const auto& n : t.notes) out += clean(n, true) + "\n";
+  return out;
+}
+
+std::string render_json(const Table& t) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["statement"] = t.statement;
+  j["title"] = clean(t.title, false);
+  j["columns"] = ordered_json::array();
+  for (const auto& c : t.columns) j["columns"].push_back({{"name", c.name}, {"type", column_type_name(c.type)}});
+  j["rows"] = ordered_json::array();
+  for (const auto& row : t.rows) {
+    ordered_json r = ordered_json::array();
+    for (const auto& c : row) {
+      if (std::holds_alternative<std::monostate>(c)) r.push_back(nullptr);
+      else if (auto* i = std::get_if<int64_t>(&c)) r.push_back(*i);
+      else if (auto* d = std::get_if<double>(&c)) r.push_back(*d);
+      else if (auto* s = std::get_if<std::string>(&c)) r.push_back(clean(*s, false));
+      else {
+        ordered_json l = ordered_json::array();
+        for (const auto& s2 : std::get<std::vector<std::string>>(c)) l.push_back(clean(s2, false));
+        r.push_back(l);
+      }
+    }
+    j["rows"].push_back(r);
+  }
+  j["notes"] = ordered_json::array();
+  for (const auto& n : t.notes) j["notes"].push_back(clean(n, false));
+  return j.dump();
+}
+
+}  // namespace larql::lql

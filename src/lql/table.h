@@ -1,0 +1,48 @@
+// A statement's result as a typed table (docs/lql.md "Results"): named, typed columns and rows of
+// cells, with a title and notes; rendered as aligned text sized to a terminal width, or as one
+// JSON document.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace larql::lql {
+
+/// A cell: null, an integer, a float, a text or a list of texts.
+using Cell = std::variant<std::monostate, int64_t, double, std::string, std::vector<std::string>>;
+
+struct Column {
+  enum class Type { Int, Float, Text, List };
+  std::string name;  ///< lower-case, the name WHERE / ORDER BY use
+  Type type = Type::Text;
+  int precision = 4;  ///< Float: digits after the point in text output (JSON keeps full precision)
+};
+
+/// The result of one statement.
+struct Table {
+  std::string statement;              ///< "DESCRIBE", "SELECT", ... (upper-case)
+  std::string title;                  ///< one line above the table; may be empty
+  std::vector<Column> columns;
+  std::vector<std::vector<Cell>> rows;  ///< each row has columns.size() cells
+  std::vector<std::string> notes;     ///< lines printed after the table
+
+  /// The index of a column by name; -1 when absent.
+  int column(const std::string& name) const;
+};
+
+const char* column_type_name(Column::Type t);
+
+/// Aligned text: the title, a header, a rule and the rows, then the notes. Numbers are right-
+/// aligned. When the natural width exceeds `width` (columns), the widest text / list columns are
+/// cut (ending in "…") until it fits or each is 8 characters. Control characters in texts are
+/// shown escaped (\n, \t, \xNN). Width is counted in code points.
+std::string render_text(const Table& t, int width = 100);
+
+/// One JSON document (no trailing newline), the schema of docs/lql.md "JSON output":
+/// {"statement", "title", "columns": [{"name", "type"}], "rows": [[...]], "notes": [...]}.
+/// Texts that are not valid UTF-8 have their bad bytes replaced by U+FFFD.
+std::string render_json(const Table& t);
+
+}  // namespace larql::lql
