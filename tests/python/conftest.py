@@ -61,7 +61,7 @@ def llama_cpp_mod():
 @pytest.fixture(scope="session")
 def inference_vindex(larql_bin, model_path, tmp_path_factory) -> Path:
     """The default model extracted once per session at level inference (f16 side channels,
-    down_top_k 10, --quant keep): shared by test_extract.py and test_vindex_tools.py. Tests may
+    down_top_k 10, --quant keep): shared by test_extract.py, test_vindex_tools.py and test_lql.py. Tests may
     damage a file only if they restore it."""
     import json
     import subprocess
