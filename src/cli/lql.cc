@@ -2,6 +2,7 @@
 // or a script with -e "..." / -f FILE / statements on a stdin that is not a terminal
 // (docs/lql.md "The REPL and scripts").
 #include <editline/readline.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -22,6 +24,15 @@
 
 namespace larql::cli {
 namespace {
+
+std::atomic<bool> g_interrupted{false};
+void lql_on_sigint(int) { g_interrupted.store(true); }
+
+// Strings seen in the session's statements (entity names, prompts), for completion.
+std::set<std::string>& seen_strings() {
+  static std::set<std::string> s;
+  return s;
+}
 
 struct LqlArgs {
   std::string vindex, file;
@@ -47,6 +58,8 @@ class Runner {
   bool run_chunk(const lql::Chunk& ch) {
     try {
       const lql::Pipeline p = lql::parse_one(ch.text);
+      for (const auto& tok : lql::lex(ch.text))
+        if (tok.kind == lql::TokKind::String && !tok.text.empty() && tok.text.size() < 64) seen_strings().insert(tok.text);
       for (const auto& st : p.stages) {
         const lql::Table t = exec_.run(st);
         if (a_.json) {
@@ -104,14 +117,19 @@ const char* kHelp =
     "Not built yet (rejected with a message): INSERT, UPDATE, DELETE, patches, DIFF, COMPILE, SHOW RELATIONS / PATCHES.\n"
     "\\help this text   \\q quit (or Ctrl-D).   The grammar: docs/lql.md.\n";
 
+bool g_complete_in_string = false;  // the word being completed is inside quotes: names only
+
 char* keyword_generator(const char* text, int state) {
   static size_t index;
   static std::string prefix;
+  static std::vector<std::string> names;
   if (state == 0) {
     index = 0;
     prefix = text;
+    names.assign(seen_strings().begin(), seen_strings().end());
   }
   const auto& kws = lql::keywords();
+  if (g_complete_in_string && index < kws.size()) index = kws.size();
   while (index < kws.size()) {
     const std::string kw(kws[index++]);
     if (kw.size() < prefix.size()) continue;
@@ -126,19 +144,45 @@ char* keyword_generator(const char* text, int state) {
       return strdup(out.c_str());
     }
   }
+  // Then the strings seen in earlier statements (entity names), matched case-sensitively.
+  while (index < kws.size() + names.size()) {
+    const std::string& n = names[index++ - kws.size()];
+    if (n.compare(0, prefix.size(), prefix) == 0) return strdup(n.c_str());
+  }
   return nullptr;
 }
 
-char** complete(const char* text, int, int) {
+char** complete(const char* text, int start, int) {
   rl_attempted_completion_over = 1;
+  char quote = 0;
+  for (int i = 0; i < start && rl_line_buffer[i]; ++i) {
+    const char c = rl_line_buffer[i];
+    if (quote && c == '\\') ++i;
+    else if (quote && c == quote) quote = 0;
+    else if (!quote && (c == '"' || c == '\'')) quote = c;
+  }
+  g_complete_in_string = quote != 0;
   return rl_completion_matches(text, keyword_generator);
 }
 
 int repl(Runner& r) {
   rl_attempted_completion_function = complete;
+  // Ctrl-C stops the running statement (the session checks the flag before each layer) and, at
+  // the prompt, drops the line being typed; it never leaves the REPL.
+  struct sigaction sa {};
+  sa.sa_handler = lql_on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  r.session().set_cancel(&g_interrupted);
   std::string pending;
   while (true) {
+    g_interrupted.store(false);
     char* line = readline(pending.empty() ? "lql> " : "...> ");
+    if (!line && g_interrupted.load()) {  // Ctrl-C at the prompt
+      std::printf("^C\n");
+      pending.clear();
+      continue;
+    }
     if (!line) {  // Ctrl-D
       std::printf("\n");
       return 0;
@@ -154,7 +198,10 @@ int repl(Runner& r) {
     pending += text + "\n";
     std::string rest;
     const auto chunks = lql::split_statements(pending, &rest);
-    for (const auto& ch : chunks) r.run_chunk(ch);
+    for (const auto& ch : chunks) {
+      g_interrupted.store(false);
+      r.run_chunk(ch);
+    }
     pending = lql::is_blank(rest) ? std::string() : rest;
   }
 }

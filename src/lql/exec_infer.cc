@@ -105,6 +105,7 @@ ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions
   KvCache cache(cfg);
   Capture cap(n - 1, all_positions);
   fwd.set_observer(&cap);
+  fwd.set_cancel(s.cancel_flag());
   std::vector<float> x(static_cast<size_t>(n * cfg.hidden));
   fwd.forward(out.tokens.data(), n, cache, x.data());
   out.last_logits.resize(static_cast<size_t>(cfg.vocab));

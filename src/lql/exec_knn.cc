@@ -58,6 +58,7 @@ Table feature_rows(Session& s, const std::vector<int64_t>& layers) {
   t.columns = {{"layer", Column::Type::Int},  {"feature", Column::Type::Int},         {"token"},
                {"token_id", Column::Type::Int}, {"score", Column::Type::Float, 4}, {"also", Column::Type::List}};
   for (int64_t l : layers) {
+    s.check_cancel();
     const int64_t nf = s.index().layers[static_cast<size_t>(l)].num_features;
     for (int64_t f = 0; f < nf; ++f) {
       auto top = feature_top(s, l, f);

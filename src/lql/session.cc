@@ -138,7 +138,12 @@ const Tokenizer& Session::tokenizer() {
   return *open_->tokenizer;
 }
 
+void Session::check_cancel() const {
+  if (cancel_ && cancel_->load(std::memory_order_relaxed)) throw Error(ErrorKind::Cancelled, "cancelled");
+}
+
 std::vector<GateHit> Session::gate_knn(int64_t layer, const float* q, int k) {
+  check_cancel();
   const TensorView g = gate(layer);
   const int64_t hidden = g.cols;
   k = static_cast<int>(std::min<int64_t>(k, g.rows));

@@ -4,6 +4,7 @@
 // vindex with weights).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -53,6 +54,13 @@ class Session {
   const vindex::VindexIndex& index() const;
   const std::string& path() const;
   const SessionOptions& options() const { return opt_; }
+  /// A flag that, once set, stops the running statement with Error{Cancelled}: it is checked
+  /// before every layer of the forward pass and of each gate-KNN scan (Ctrl-C in the REPL).
+  /// nullptr: none. The flag must outlive the session's use of it.
+  void set_cancel(const std::atomic<bool>* flag) { cancel_ = flag; }
+  const std::atomic<bool>* cancel_flag() const { return cancel_; }
+  /// Error{Cancelled} when the flag is set.
+  void check_cancel() const;
   ThreadPool& pool() { return *pool_; }
 
   /// Layer bands: index.json's layer_bands, else vindex::default_layer_bands.
@@ -89,6 +97,7 @@ class Session {
   SessionOptions opt_;
   std::shared_ptr<ThreadPool> pool_;
   std::unique_ptr<Open> open_;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 }  // namespace larql::lql

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -268,6 +269,16 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
   // The forward pass needs weights: a browse vindex says so.
   for (const std::string src : {"INFER 'xy'", "TRACE 'xy'", "EXPLAIN INFER 'xy'"})
     EXPECT_NE(error_of(src).find("needs a vindex with model weights"), std::string::npos) << src;
+}
+
+TEST_F(Fixture, ACancelFlagStopsTheStatement) {
+  std::atomic<bool> flag{true};
+  session.set_cancel(&flag);
+  for (const std::string src : {"DESCRIBE 'abc'", "WALK 'xy'", "SELECT * FROM FEATURES", "SHOW FEATURES 0",
+                                "SELECT * FROM EDGES NEAREST TO 'abc' AT LAYER 0"})
+    EXPECT_NE(error_of(src, ErrorKind::Cancelled).find("cancelled"), std::string::npos) << src;
+  flag = false;
+  EXPECT_EQ(run("DESCRIBE 'abc'").rows.size(), 1u);
 }
 
 TEST(ExecutorNoVindex, StatementsNeedAVindexInUse) {

@@ -11,7 +11,8 @@ session), checked against independent sources:
 - every example of docs/lql.md runs or is rejected with "not built yet";
 - scripts: -f stops at the first error with its line:column and exit 1, --keep-going runs on,
   --json gives one document per statement, statements from a pipe; the REPL through a
-  pseudo-terminal: a multi-line statement, history recall, keyword completion, Ctrl-D exits 0.
+  pseudo-terminal: a multi-line statement, history recall, completion of a keyword and of an
+  entity named before, Ctrl-C drops the line at the prompt, Ctrl-D exits 0.
 """
 from __future__ import annotations
 
@@ -185,6 +186,12 @@ def test_repl_in_a_terminal(larql_bin, inference_vindex):
     os.write(fd, b"DESCR\t'France' AT LAYER 9 BRIEF;\r")  # completion of a keyword
     read_until(b"France \xe2\x80\x94 signal")
     read_until(b"lql> ", 5)
+    os.write(fd, b"STA\x03")  # Ctrl-C drops the line being typed, the REPL stays
+    read_until(b"^C")
+    read_until(b"lql> ", 6)
+    os.write(fd, b"SELECT feature FROM EDGES NEAREST TO 'Fr\t' AT LAYER 9 LIMIT 1;\r")  # a name seen before
+    read_until(b'NEAREST TO "France')
+    read_until(b"lql> ", 7)
     os.write(fd, b"\x04")  # Ctrl-D
     _, status = os.waitpid(pid, 0)
     os.close(fd)
