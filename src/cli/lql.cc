@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,7 +62,9 @@ class Runner {
       for (const auto& tok : lql::lex(ch.text))
         if (tok.kind == lql::TokKind::String && !tok.text.empty() && tok.text.size() < 64) seen_strings().insert(tok.text);
       for (const auto& st : p.stages) {
-        const lql::Table t = exec_.run(st);
+        const auto t0 = std::chrono::steady_clock::now();
+        lql::Table t = exec_.run(st);
+        t.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (a_.json) {
           std::printf("%s\n", lql::render_json(t).c_str());
         } else {

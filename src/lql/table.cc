@@ -156,6 +156,11 @@ std::string render_text(const Table& t, int width) {
     for (const auto& row : cells) out += line(row);
   }
   for (const auto& n : t.notes) out += clean(n, true) + "\n";
+  if (t.elapsed_ms >= 0) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f ms\n", t.elapsed_ms);
+    out += buf;
+  }
   return out;
 }
 
@@ -184,6 +189,7 @@ std::string render_json(const Table& t) {
   }
   j["notes"] = ordered_json::array();
   for (const auto& n : t.notes) j["notes"].push_back(clean(n, false));
+  if (t.elapsed_ms >= 0) j["elapsed_ms"] = t.elapsed_ms;
   return j.dump();
 }
 

@@ -27,6 +27,7 @@ struct Table {
   std::vector<Column> columns;
   std::vector<std::vector<Cell>> rows;  ///< each row has columns.size() cells
   std::vector<std::string> notes;     ///< lines printed after the table
+  double elapsed_ms = -1;             ///< wall time of the statement, set by the caller; < 0: not shown
 
   /// The index of a column by name; -1 when absent.
   int column(const std::string& name) const;
@@ -34,14 +35,16 @@ struct Table {
 
 const char* column_type_name(Column::Type t);
 
-/// Aligned text: the title, a header, a rule and the rows, then the notes. Numbers are right-
+/// Aligned text: the title, a header, a rule and the rows, then the notes and the elapsed time
+/// when set ("12.3 ms"). Numbers are right-
 /// aligned. When the natural width exceeds `width` (columns), the widest text / list columns are
 /// cut (ending in "…") until it fits or each is 8 characters. Control characters in texts are
 /// shown escaped (\n, \t, \xNN). Width is counted in code points.
 std::string render_text(const Table& t, int width = 100);
 
 /// One JSON document (no trailing newline), the schema of docs/lql.md "JSON output":
-/// {"statement", "title", "columns": [{"name", "type"}], "rows": [[...]], "notes": [...]}.
+/// {"statement", "title", "columns": [{"name", "type"}], "rows": [[...]], "notes": [...]}, plus
+/// "elapsed_ms" when set.
 /// Texts that are not valid UTF-8 have their bad bytes replaced by U+FFFD.
 std::string render_json(const Table& t);
 
