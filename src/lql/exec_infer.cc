@@ -192,12 +192,26 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
   std::vector<const LayerRows*> picked;
   for (const auto& r : run.rows)
     if (std::find(layers.begin(), layers.end(), r.layer) != layers.end()) picked.push_back(&r);
-  std::vector<float> xs(picked.size() * 3 * static_cast<size_t>(hidden));
+  // The rows to put through the lens: x entering a layer (the previous layer's x leaving, when
+  // that layer was traced too), h = x + attention, and x leaving.
+  std::vector<const float*> lens_rows;
+  std::vector<std::vector<float>> hs(picked.size());
+  std::vector<size_t> in_idx(picked.size()), h_idx(picked.size()), out_idx(picked.size());
   for (size_t i = 0; i < picked.size(); ++i) {
-    float* a = xs.data() + (3 * i) * static_cast<size_t>(hidden);
-    std::copy(picked[i]->residual_in.begin(), picked[i]->residual_in.end(), a);
-    for (int64_t j = 0; j < hidden; ++j) a[hidden + j] = picked[i]->residual_in[static_cast<size_t>(j)] + picked[i]->attn_out[static_cast<size_t>(j)];
-    std::copy(picked[i]->residual_out.begin(), picked[i]->residual_out.end(), a + 2 * hidden);
+    const bool chained = i > 0 && picked[i - 1]->pos == picked[i]->pos && picked[i - 1]->layer + 1 == picked[i]->layer;
+    if (chained) {
+      in_idx[i] = out_idx[i - 1];
+    } else {
+      in_idx[i] = lens_rows.size();
+      lens_rows.push_back(picked[i]->residual_in.data());
+    }
+    hs[i].resize(static_cast<size_t>(hidden));
+    for (int64_t j = 0; j < hidden; ++j)
+      hs[i][static_cast<size_t>(j)] = picked[i]->residual_in[static_cast<size_t>(j)] + picked[i]->attn_out[static_cast<size_t>(j)];
+    h_idx[i] = lens_rows.size();
+    lens_rows.push_back(hs[i].data());
+    out_idx[i] = lens_rows.size();
+    lens_rows.push_back(picked[i]->residual_out.data());
   }
   Forward fwd(model, std::shared_ptr<ThreadPool>(std::shared_ptr<ThreadPool>{}, &s.pool()));
   Table t;
@@ -213,22 +227,43 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
     t.columns.push_back({"residual_norm", Column::Type::Float, 2});
     t.columns.push_back({"attn_share", Column::Type::Float, 3});
   }
-  std::vector<float> lg(3 * static_cast<size_t>(vocab));
+  // The lens in batches of rows (lm_head is read once per batch): the target's logit, rank and
+  // probability for each row.
+  struct Lens {
+    float logit = 0;
+    int64_t rank = 1;
+    double prob = 0;
+  };
+  std::vector<Lens> lens(lens_rows.size());
+  constexpr size_t kBatch = 32;
+  std::vector<float> xb(kBatch * static_cast<size_t>(hidden)), lg(kBatch * static_cast<size_t>(vocab));
+  for (size_t b = 0; b < lens_rows.size(); b += kBatch) {
+    s.check_cancel();
+    const size_t n = std::min(kBatch, lens_rows.size() - b);
+    for (size_t r = 0; r < n; ++r) std::copy(lens_rows[b + r], lens_rows[b + r] + hidden, xb.data() + r * static_cast<size_t>(hidden));
+    fwd.logits(xb.data(), static_cast<int64_t>(n), lg.data());
+    for (size_t r = 0; r < n; ++r) {
+      const float* row = lg.data() + r * static_cast<size_t>(vocab);
+      Lens& l = lens[b + r];
+      l.logit = row[target];
+      double mx = -INFINITY, sum = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        l.rank += row[v] > l.logit;
+        mx = std::max(mx, static_cast<double>(row[v]));
+      }
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+      l.prob = std::exp(static_cast<double>(l.logit) - mx) / sum;
+    }
+  }
   auto norm = [](const std::vector<float>& v) {
     double s2 = 0;
     for (float x : v) s2 += static_cast<double>(x) * x;
     return std::sqrt(s2);
   };
   for (size_t i = 0; i < picked.size(); ++i) {
-    fwd.logits(xs.data() + 3 * i * static_cast<size_t>(hidden), 3, lg.data());
-    const float* out = lg.data() + 2 * vocab;
-    const float tl = out[target];
-    int64_t rank = 1;
-    for (int64_t v = 0; v < vocab; ++v) rank += out[v] > tl;
-    const std::vector<float> last(out, out + vocab);
-    const double prob = softmax(last)[static_cast<size_t>(target)];
-    const double attn = static_cast<double>(lg[static_cast<size_t>(vocab + target)]) - lg[static_cast<size_t>(target)];
-    const double ffn = static_cast<double>(tl) - lg[static_cast<size_t>(vocab + target)];
+    const Lens& out = lens[out_idx[i]];
+    const double attn = static_cast<double>(lens[h_idx[i]].logit) - lens[in_idx[i]].logit;
+    const double ffn = static_cast<double>(out.logit) - lens[h_idx[i]].logit;
     const char* who = attn > 0.5 && ffn > 0.5     ? "BOTH up"
                       : attn > 0.5 && attn >= ffn ? "ATTN up"
                       : ffn > 0.5                 ? "FFN up"
@@ -236,8 +271,8 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
                       : attn < -0.5               ? "attn down"
                       : ffn < -0.5                ? "ffn down"
                                                   : "~";
-    std::vector<Cell> row = {picked[i]->pos, picked[i]->layer, rank, prob, static_cast<double>(tl), attn, ffn,
-                             std::string(who)};
+    std::vector<Cell> row = {picked[i]->pos, picked[i]->layer, out.rank, out.prob, static_cast<double>(out.logit),
+                             attn, ffn, std::string(who)};
     if (st.decompose) {
       const double an = norm(picked[i]->attn_out), fn = norm(picked[i]->ffn_out);
       row.push_back(an);
