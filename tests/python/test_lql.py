@@ -3,7 +3,8 @@ session), checked against independent sources:
 - SELECT ... NEAREST TO for 10 fixed entities at two layers: the feature ids and signed scores equal
   a numpy gate-KNN (the `tokenizers` package's ids for the entity, the mean of its embedding rows x
   embed_scale, gate_vectors.bin read with numpy by the layout of docs/vindex-format.md, top 10 by
-  |score|): ids identical, scores to 1e-3 relative;
+  |score|): ids identical, scores to 1e-3 relative; DESCRIBE's edges for 3 of them are features of
+  numpy's top 20 at their layer with the same positive score;
 - DESCRIBE "France" names a plausible neighbour (a country, a nationality, Europe ...);
 - INFER's top-1 equals llama.cpp's on the GGUF, its top 5 shares 4, logits within 0.5 and
   probabilities within 0.02 (llama.cpp's own noise); TRACE's last-layer logit of the target
@@ -58,23 +59,40 @@ def test_nearest_equals_numpy_gate_knn(larql_bin, inference_vindex):
     layers = [3, 9]
     script = ";".join(f'SELECT feature, score FROM EDGES NEAREST TO "{e}" AT LAYER {l} LIMIT 10'
                       for e in ENTITIES for l in layers)
+    described = ENTITIES[:3]
+    script += ";" + ";".join(f'DESCRIBE "{e}" RAW' for e in described)
     r = lql(larql_bin, inference_vindex, "--json", "-e", script)
     assert r.returncode == 0, r.stderr
     out = docs(r.stdout)
-    assert len(out) == len(ENTITIES) * len(layers)
+    assert len(out) == len(ENTITIES) * len(layers) + len(described)
+
+    def scores(q, layer):
+        slot = idx["layers"][layer]
+        g = gates[slot["offset"] // 2: (slot["offset"] + slot["length"]) // 2].reshape(-1, hidden)
+        return g.astype(np.float64) @ q
+
     i = 0
+    queries = {}
     for e in ENTITIES:
         ids = tok.encode(e, add_special_tokens=False).ids
-        q = emb[ids].astype(np.float64).mean(axis=0) * idx["embed_scale"]
+        q = queries[e] = emb[ids].astype(np.float64).mean(axis=0) * idx["embed_scale"]
         for l in layers:
-            slot = idx["layers"][l]
-            g = gates[slot["offset"] // 2: (slot["offset"] + slot["length"]) // 2].reshape(-1, hidden)
-            s = g.astype(np.float64) @ q
+            s = scores(q, l)
             order = np.lexsort((np.arange(len(s)), -np.abs(s)))[:10]
             got = out[i]["rows"]
             i += 1
             assert [row[0] for row in got] == order.tolist(), (e, l)
             np.testing.assert_allclose([row[1] for row in got], s[order], rtol=1e-3, err_msg=f"{e} L{l}")
+    # DESCRIBE: every edge is a feature among its layer's numpy top 20 by |score|, with a positive
+    # gate equal to numpy's score.
+    for e, doc in zip(described, out[i:]):
+        rows = rows_as_dicts(doc)
+        assert rows, e
+        for row in rows:
+            s = scores(queries[e], row["layer"])
+            top20 = np.lexsort((np.arange(len(s)), -np.abs(s)))[:20]
+            assert row["feature"] in top20.tolist() and s[row["feature"]] > 0, (e, row)
+            assert abs(row["gate"] - s[row["feature"]]) <= 1e-3 * abs(s[row["feature"]]), (e, row)
 
 
 def test_describe_france_names_a_plausible_neighbour(larql_bin, inference_vindex):
