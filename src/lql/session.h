@@ -1,4 +1,4 @@
-// The state LQL statements run against (docs/lql.md "Session"): the vindex in use, memory-mapped
+// The state LQL statements run against (docs/lql.md "What runs"): the vindex in use, memory-mapped
 // (gate_vectors.bin, embeddings.bin, down_meta.bin), its tokenizer read on first use, and the
 // model loaded on first use by a statement that needs the forward pass (INFER, TRACE, WALK on a
 // vindex with weights).
