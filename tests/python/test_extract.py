@@ -1,8 +1,8 @@
 """`larql extract` on the default model, checked against independent readers.
 
 One extract (level inference: the browse files plus every weight in its GGUF blocks; f16 side
-channels) is shared by the test session (conftest.py `gemma_vindex`). Expected values come from the `gguf`
-package's dequantisation and numpy, the `tokenizers` package and llama.cpp's golden ids:
+channels) is shared by the test session (conftest.py `inference_vindex`). Expected values come
+from the `gguf` package's dequantisation and numpy, the `tokenizers` package and llama.cpp's golden ids:
 - gate_vectors.bin / embeddings.bin rows equal the GGUF tensors dequantised and rounded to f16;
 - down_meta.bin (read with numpy from the layout in docs/vindex-format.md) equals numpy's float64
   top-10 of embed · W_down[:, f] for 50 sampled features of two layers, tokens that decode to
