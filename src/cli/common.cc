@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "model/hf_source.h"
 #include "model/vindex_source.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -58,7 +59,7 @@ std::string resolve_model(const std::string& name) {
 Loaded load(const std::string& model, int threads, const std::string& verb) {
   const std::string path = resolve_model(model);
   std::error_code ec;
-  if (fs::is_directory(path, ec)) {
+  if (fs::is_directory(path, ec) && !is_hf_model_dir(path)) {  // a vindex (a Hugging Face directory runs as is)
     const std::string why = vindex_not_runnable_reason(path, vindex::read_index(path), verb);
     if (!why.empty()) throw Error(ErrorKind::Unsupported, why);
   }

@@ -62,16 +62,17 @@ void run_extract(const ExtractArgs& a) {
 }
 
 void add_extract_options(CLI::App* cmd, ExtractArgs& a) {
-  cmd->add_option("source", a.source, "GGUF path or a name in models/")->required();
+  cmd->add_option("source", a.source, "GGUF path, Hugging Face directory (config.json + safetensors) or a name in models/")->required();
   cmd->add_option("-o,--output", a.out, "the vindex directory to write (e.g. gemma.vindex)")->required();
   cmd->add_option("--level", a.level,
                   "browse (gate vectors, embeddings, down_meta, tokenizer) | attention (+ attention weights and "
                   "norms) | inference | all (+ every weight: the vindex runs)")
       ->capture_default_str();
-  cmd->add_option("--quant", a.quant, "model weights at inference level: keep (the source's own blocks, byte for byte)")
+  cmd->add_option("--quant", a.quant, "model weights at inference level: keep (the source's own blocks, byte for byte) | none (matrices "
+                  "at --dtype) | q4k (re-quantised to Q4_K / Q6_K; embedding at --dtype)")
       ->check(CLI::IsMember({"keep", "none", "q4k"}))
       ->capture_default_str();
-  cmd->add_option("--dtype", a.dtype, "float type of the side-channel files: f32 | f16 | bf16")
+  cmd->add_option("--dtype", a.dtype, "float type of the side-channel files, and of the matrices with --quant none: f32 | f16 | bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
   add_int_flag(cmd, "--down-top-k", a.down_top_k, 1, 4096, "tokens recorded per FFN feature in down_meta.bin (default 10)");

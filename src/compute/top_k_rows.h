@@ -34,8 +34,9 @@ struct TopKOptions {
 /// eligible rows is padded with {row 0, score 0}.
 ///
 /// Method: the rows stream through compute::matmul in passes (each weight byte read once for all
-/// queries; activations quantised once, as in prefill), keeping per query the best `candidates`
-/// by that approximate score; then each candidate is rescored exactly (the dequantised row dotted
+/// queries; activations quantised once, as in prefill; a float matrix — F32, F16, BF16 with cols
+/// a multiple of 32 — quantised to Q8_0 pass by pass, so it runs the integer kernels too),
+/// keeping per query the best `candidates` by that approximate score; then each candidate is rescored exactly (the dequantised row dotted
 /// with the f32 query in double, rounded to float). The returned scores are therefore exact for
 /// the stored weights, and the returned rows are the exact top-k unless a true top-k row ranked
 /// below `candidates` in the quantised pass (the 8-bit activation error is ~1% of a score; the

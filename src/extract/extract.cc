@@ -118,7 +118,49 @@ std::vector<std::string> weight_files(vindex::ExtractLevel level) {
   return {"attn_weights.bin", "norms.bin", "ffn_weights.bin", "embed_weights.bin", "weight_manifest.json"};
 }
 
-void write_weights(const Model& model, const fs::path& staging, vindex::ExtractLevel level,
+
+// The type a tensor is stored as (docs/vindex-format.md, "Model weights"): `keep` -> the
+// source's own; otherwise vectors (norms, biases) -> f32; `none` -> every matrix at `dtype`;
+// `q4k` (the original's recipe) -> Q, K, O, gate, up as Q4_K and V, down as Q6_K (rows whose
+// width is not a multiple of 256 fall back as llama.cpp's quantiser does: Q4_K -> Q5_0, Q6_K ->
+// Q8_0; neither a multiple of 32 -> `dtype`), the embedding and lm_head at `dtype`.
+DType stored_type(TensorRole role, const SourceTensor& t, const std::string& quant, const std::string& dtype) {
+  if (quant == "keep") return t.type;
+  if (t.dims.size() < 2) return DType::F32;
+  const DType flt = dtype == "f32" ? DType::F32 : dtype == "f16" ? DType::F16 : DType::BF16;
+  if (quant == "none" || role == TensorRole::TokenEmbd || role == TensorRole::Output) return flt;
+  const uint64_t cols = t.dims[0];
+  const bool six = role == TensorRole::AttnV || role == TensorRole::FfnDown;
+  if (cols % 256 == 0) return six ? DType::Q6_K : DType::Q4_K;
+  if (cols % 32 == 0) return six ? DType::Q8_0 : DType::Q5_0;
+  return flt;
+}
+
+// Write `t` as `type` through `w`, row by row (dequantised to f32, re-encoded).
+void write_converted(AtomicWriter& w, const SourceTensor& t, DType type) {
+  const int64_t cols = static_cast<int64_t>(t.dims.empty() ? 1 : t.dims[0]);
+  int64_t rows = 1;
+  for (size_t i = 1; i < t.dims.size(); ++i) rows *= static_cast<int64_t>(t.dims[i]);
+  const auto in_rb = row_bytes(t.type, static_cast<uint64_t>(cols));
+  const auto out_rb = row_bytes(type, static_cast<uint64_t>(cols));
+  if (!in_rb || !out_rb || *in_rb * static_cast<uint64_t>(rows) != t.nbytes)
+    throw Error(ErrorKind::Format, "tensor '" + t.name + "': " + std::to_string(t.nbytes) + " bytes do not hold its shape as " +
+                                       dtype_name(t.type));
+  constexpr int64_t kRowsPerWrite = 64;
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> buf(static_cast<size_t>(*out_rb * kRowsPerWrite));
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerWrite) {
+    const int64_t n = std::min(kRowsPerWrite, rows - r0);
+    for (int64_t r = 0; r < n; ++r) {
+      quant::dequantize_row(t.type, t.data + static_cast<size_t>(r0 + r) * *in_rb, row.data(), cols);
+      quant::quantize_row(type, row.data(), buf.data() + static_cast<size_t>(r) * *out_rb, cols);
+    }
+    w.write(buf.data(), static_cast<size_t>(*out_rb * static_cast<uint64_t>(n)));
+  }
+}
+
+void write_weights(const Model& model, const fs::path& staging, vindex::ExtractLevel level, const std::string& quant,
+                   const std::string& dtype,
                    const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   const WeightSource& src = model.source();
   const int64_t n_layers = model.config().n_layers;
@@ -135,7 +177,10 @@ void write_weights(const Model& model, const fs::path& staging, vindex::ExtractL
     if (!w) w = std::make_unique<AtomicWriter>((staging / file).string(), file);
     if (w->size() % 64 != 0) w->write(zeros, 64 - w->size() % 64);
     const uint64_t offset = w->size();
-    w->write(t->data, t->nbytes);
+    const DType type = stored_type(role, *t, quant, dtype);
+    if (type == t->type) w->write(t->data, t->nbytes);
+    else write_converted(*w, *t, type);
+    const uint64_t length = w->size() - offset;
     json shape = json::array();
     if (t->dims.size() >= 2) {
       uint64_t rows = 1;
@@ -145,8 +190,8 @@ void write_weights(const Model& model, const fs::path& staging, vindex::ExtractL
       shape = {t->dims.empty() ? 1 : t->dims[0]};
     }
     manifest.push_back({{"role", tensor_role_name(role)}, {"layer", layer}, {"key", t->name}, {"kind", "tensor"},
-                        {"dtype", dtype_name(t->type)}, {"shape", shape}, {"file", file}, {"offset", offset},
-                        {"length", t->nbytes}});
+                        {"dtype", dtype_name(type)}, {"shape", shape}, {"file", file}, {"offset", offset},
+                        {"length", length}});
   };
   for (TensorRole r : all_tensor_roles())
     if (!is_layer_role(r)) put(r, -1);
@@ -235,8 +280,8 @@ bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 
 ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool weights = opt.level >= vindex::ExtractLevel::Attention;
-  if (weights && opt.quant != "keep")
-    throw Error(ErrorKind::Unsupported, "--quant \"" + opt.quant + "\" is not built yet (only keep: the source's own blocks)");
+  if (weights && opt.quant != "keep" && opt.quant != "none" && opt.quant != "q4k")
+    throw Error(ErrorKind::InvalidArgument, "--quant \"" + opt.quant + "\" is not one of keep, none, q4k");
   if (vindex::dtype_size(opt.dtype) == 0)
     throw Error(ErrorKind::InvalidArgument, "--dtype \"" + opt.dtype + "\" is not one of f32, f16, bf16");
   if (opt.down_top_k < 1 || opt.down_top_k > 4096)
@@ -304,7 +349,11 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     vindex::VindexIndex x;
     x.model = c.name.empty() ? fs::path(model.path()).stem().string() : c.name;
     x.family = c.arch;
-    x.source = vindex::Source{"gguf", fs::path(model.path()).filename().string(), model.fingerprint(), utc_now(), opt.larql_version};
+    const std::string fmt = model.source().format();
+    const char* source_format = fmt.rfind("GGUF", 0) == 0 ? "gguf" : fmt.rfind("Hugging Face", 0) == 0 ? "safetensors" : "vindex";
+    fs::path src_path = fs::path(model.path());
+    if (src_path.filename().empty()) src_path = src_path.parent_path();  // "dir/"
+    x.source = vindex::Source{source_format, src_path.filename().string(), model.fingerprint(), utc_now(), opt.larql_version};
     x.num_layers = c.n_layers;
     x.hidden_size = c.hidden;
     x.intermediate_size = c.ffn;
@@ -312,7 +361,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     x.embed_scale = c.embed_scale;
     x.extract_level = opt.level;
     x.dtype = opt.dtype;
-    x.quant = weights ? "keep" : "none";
+    x.quant = weights ? opt.quant : "none";
     x.has_model_weights = weights;
     x.down_top_k = opt.down_top_k;
     x.layer_bands = vindex::default_layer_bands(c.arch, c.n_layers);
@@ -390,7 +439,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     }
     // Model weights in their source blocks, named by weight_manifest.json.
     if (weights && !record.has_all(weight_files(opt.level))) {
-      write_weights(model, staging, opt.level, progress);
+      write_weights(model, staging, opt.level, opt.quant, opt.dtype, progress);
       record.finish(weight_files(opt.level));
     }
     // Checksums of every file (the record's, each taken when its file was finished), then

@@ -14,9 +14,13 @@ namespace larql::extract {
 
 struct ExtractOptions {
   vindex::ExtractLevel level = vindex::ExtractLevel::Browse;
-  std::string dtype = "f16";  ///< side-channel floats: f32, f16 or bf16
+  /// Side-channel floats (gate vectors, embeddings): f32, f16 or bf16; also the type of the model's
+  /// matrices under quant "none" and of the embedding / lm_head under "q4k".
+  std::string dtype = "f16";
   /// Model weights at level inference and above: "keep" (the source's own blocks, byte for byte);
-  /// "none" (floats) and "q4k" are not built yet. Ignored at browse level.
+  /// "none" (every matrix at `dtype`, vectors f32); "q4k" (re-quantised: Q, K, O, gate, up Q4_K,
+  /// V and down Q6_K; Q5_0 / Q8_0 for rows not a multiple of 256; embedding at `dtype`, vectors
+  /// f32). Ignored at browse level.
   std::string quant = "keep";
   int down_top_k = 10;        ///< tokens per feature in down_meta.bin, [1, 4096]
   int threads = 0;            ///< <= 0: all cores
@@ -54,17 +58,17 @@ inline constexpr const char* kProgressFile = ".extract-progress.json";
 /// Browse level writes gate_vectors.bin, embeddings.bin, down_meta.bin (per feature the top-K
 /// tokens of token_embd · W_down[:, f], exact scores; tokens that decode to nothing skipped),
 /// tokenizer.json, tokenizer_config.json and index.json.
-/// Level attention adds the attention weights and every norm in their source blocks
+/// Level attention adds the attention weights and every norm, stored as `quant` says
 /// (attn_weights.bin, norms.bin) and weight_manifest.json naming them; such a vindex does not
 /// run (no FFN, no embedding blocks).
-/// Level inference (and all, the same here) adds every tensor of the model in its source blocks
-/// (`quant = keep`): attn_weights.bin, ffn_weights.bin, norms.bin, embed_weights.bin, each
-/// tensor 64-byte aligned, named by weight_manifest.json (role, layer, dtype, shape, file,
-/// offset, length); such a vindex runs (Model::load of the directory) with logits bit-identical
-/// to the source's.
+/// Level inference (and all, the same here) adds every tensor of the model, stored as `quant`
+/// says (`keep`: the source's blocks): attn_weights.bin, ffn_weights.bin, norms.bin,
+/// embed_weights.bin, each tensor 64-byte aligned, named by weight_manifest.json (role, layer,
+/// dtype, shape, file, offset, length); such a vindex runs (Model::load of the directory), with
+/// `keep` with logits bit-identical to the source's.
 /// Each finished file's SHA-256 goes into the staging directory's progress record
 /// (kProgressFile) so `resume` can keep it; the record is removed before the rename.
-/// Errors: Unsupported for quant other than keep (not built yet); InvalidArgument for a bad
+/// Errors: InvalidArgument for a quant other than keep, none, q4k, a bad
 /// dtype or top-k, or an existing `out_dir` without `force`; NotFound for a missing parent
 /// directory; Io from the writes (the staging directory is removed).
 ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt);

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "model/gguf_source.h"
+#include "model/hf_source.h"
 #include "model/vindex_source.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -65,7 +66,8 @@ class Loader {
 
 std::shared_ptr<Model> Model::load(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return load(VindexSource::open(path));
+  if (std::filesystem::is_directory(path, ec))
+    return is_hf_model_dir(path) ? load(HfSource::open(path)) : load(VindexSource::open(path));
   return load(GgufSource::open(path));
 }
 

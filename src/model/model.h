@@ -44,8 +44,9 @@ struct ModelWeights {
 /// alive.
 class Model {
  public:
-  /// Open a GGUF file (GgufSource::open) or a vindex directory (VindexSource::open) and load()
-  /// it. Errors: NotFound/Io (file), Format (bad GGUF or vindex, missing tensor, wrong shape —
+  /// Open a GGUF file (GgufSource::open), a vindex directory (VindexSource::open) or a Hugging
+  /// Face directory (HfSource::open; a directory without index.json that has config.json or
+  /// safetensors, is_hf_model_dir) and load() it. Errors: NotFound/Io (file), Format (bad GGUF or vindex, missing tensor, wrong shape —
   /// naming the tensor and the expected shape), Unsupported (architecture, dtype, a vindex
   /// without model weights).
   static std::shared_ptr<Model> load(const std::string& path);

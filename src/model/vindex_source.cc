@@ -90,8 +90,8 @@ std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
   s->index_ = vindex::read_index(dir);
   const vindex::VindexIndex& x = s->index_;
   if (const std::string why = vindex_not_runnable_reason(dir, x); !why.empty()) throw Error(ErrorKind::Unsupported, why);
-  if (x.quant != "keep")
-    throw Error(ErrorKind::Unsupported, dir + ": quant \"" + x.quant + "\" is not runnable yet (only \"keep\")");
+  if (x.quant != "keep" && x.quant != "none" && x.quant != "q4k")
+    throw Error(ErrorKind::Unsupported, dir + ": quant \"" + x.quant + "\" is not one this build runs (keep, none, q4k)");
   s->config_ = config_from_json(x.model_config_json, (fs::path(dir) / "index.json").string());
 
   const fs::path mpath = fs::path(dir) / "weight_manifest.json";

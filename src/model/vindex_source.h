@@ -1,6 +1,6 @@
 // A weight source reading a vindex directory (docs/vindex-format.md) extracted at level
-// `inference` or above with `quant = keep`: every tensor in the source's own blocks, byte for
-// byte, found through weight_manifest.json; the config from index.json's model_config; the
+// `inference` or above: every tensor found through weight_manifest.json, in the type it names
+// (quant keep: the source's own blocks, byte for byte; none: floats; q4k: re-quantised); the config from index.json's model_config; the
 // vocabulary from tokenizer.json + tokenizer_config.json.
 #pragma once
 
@@ -38,7 +38,7 @@ class VindexSource final : public WeightSource {
   /// weight_manifest.json malformed — naming the entry: unknown role, a layer out of range, an
   /// unknown dtype, a length that does not match the shape, a file outside the directory or not
   /// checksummed, bytes past the end of a file, a role given twice), Unsupported (a vindex
-  /// without model weights, e.g. browse level, or with quant other than "keep").
+  /// without model weights, e.g. browse level, or with quant other than keep, none or q4k).
   static std::shared_ptr<VindexSource> open(const std::string& dir);
 
   const std::string& path() const override { return dir_; }

@@ -1,6 +1,7 @@
 // top_k_rows against a brute-force search written here: every score in double, sorted by
-// (score desc, row asc). For F32 and Q8_0 matrices (the latter dequantised for the brute force,
-// so the expected scores are the stored weights' exact ones), with skipped rows, ties and padding.
+// (score desc, row asc). For F32, F16, BF16 (searched through Q8_0 copies) and Q8_0 matrices
+// (dequantised for the brute force, so the expected scores are the stored weights' exact ones),
+// with skipped rows, ties and padding.
 #include "compute/top_k_rows.h"
 
 #include <gtest/gtest.h>
@@ -105,7 +106,7 @@ TEST_P(TopKRowsTest, SkipsRowsAndPadsShortResults) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, TopKRowsTest, ::testing::Values(DType::F32, DType::Q8_0),
+INSTANTIATE_TEST_SUITE_P(Types, TopKRowsTest, ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(TopKRowsTest, TiesGoToTheLowerRow) {

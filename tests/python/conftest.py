@@ -5,6 +5,8 @@
 - `model_path`: the GGUF (env LARQL_MODEL, default models/gemma-3-270m-q4_k_m.gguf). Missing ->
   skip with a loud reason (run `make setup`).
 - `llama_cpp_mod`: the llama-cpp-python module. Missing -> skip with a loud reason.
+- `hf_dir`: the Hugging Face directory scripts/hf_from_gguf.py makes from the GGUF (f32, two
+  shards), made once per session (~40 s) for the tests that read it.
 
 Only tests that request a fixture are affected, so tests that need none of these (e.g. the
 dequantisation tests that use only `gguf`) keep running.
@@ -12,6 +14,7 @@ dequantisation tests that use only `gguf`) keep running.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -70,6 +73,17 @@ def inference_vindex(larql_bin, model_path, tmp_path_factory) -> Path:
                         "-t", str(peer.THREADS)], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
     print(f"\n[extract] {json.loads(r.stdout)}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def hf_dir(model_path, tmp_path_factory) -> Path:
+    pytest.importorskip("tokenizers", reason="tokenizers missing: run `make setup` (venv)")
+    pytest.importorskip("safetensors", reason="safetensors missing: run `make setup` (venv)")
+    out = tmp_path_factory.mktemp("hf")
+    r = subprocess.run([sys.executable, str(peer.REPO_ROOT / "scripts" / "hf_from_gguf.py"), str(model_path), str(out),
+                        "--shards", "2"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
     return out
 
 

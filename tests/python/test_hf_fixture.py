@@ -11,8 +11,6 @@ independent fixture) is the same model:
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +22,6 @@ import gemma3_numpy  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "tokenizer" / "data" / "llama_cpp_cases.jsonl"
-
-
-@pytest.fixture(scope="module")
-def hf_dir(model_path, tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf")
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "hf_from_gguf.py"), str(model_path), str(out),
-                        "--shards", "2"], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr
-    return out
 
 
 def test_tokenizer_json_gives_llama_cpp_ids(hf_dir):
