@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "compute/top_k_rows.h"
+#include "formats/gguf.h"
 #include "model/config_json.h"
 #include "model/vindex_source.h"
 #include "quant/quant.h"
@@ -396,7 +397,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     }
     // Tokenizer files, and the tokens down_meta skips (those that decode to nothing); the
     // vocabulary is released before the down_meta pass.
-    const bool tokenizer_done = record.has_all({"tokenizer.json", "tokenizer_config.json"});
+    const bool tokenizer_done = record.has_all({"tokenizer.json", "tokenizer_config.json", "tokenizer.gguf"});
     std::vector<uint8_t> skip;
     if (!tokenizer_done || !record.has("down_meta.bin")) {
       skip.assign(static_cast<size_t>(w.token_embd.rows), 0);
@@ -405,7 +406,10 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
         const HfTokenizerFiles hf = to_hf_tokenizer(vocab);
         write_file_atomic((staging / "tokenizer.json").string(), hf.tokenizer_json, "tokenizer.json");
         write_file_atomic((staging / "tokenizer_config.json").string(), hf.tokenizer_config_json, "tokenizer_config.json");
-        record.finish({"tokenizer.json", "tokenizer_config.json"});
+        GgufWriter vocab_gguf;  // what larql loads (fast); the two JSON files are for other tools
+        vocab_to_gguf(vocab, vocab_gguf);
+        vocab_gguf.write((staging / "tokenizer.gguf").string());
+        record.finish({"tokenizer.json", "tokenizer_config.json", "tokenizer.gguf"});
       }
       const Tokenizer tok(std::move(vocab));
       for (int64_t t = 0; t < w.token_embd.rows && t < tok.vocab_size(); ++t)

@@ -127,13 +127,7 @@ const vindex::DownMetaFile* Session::down_meta() const {
 const Tokenizer& Session::tokenizer() {
   index();
   if (!open_->tokenizer) {
-    const fs::path d(open_->dir);
-    const std::string tj = read_text_file((d / "tokenizer.json").string(), "the vindex's tokenizer.json", 256u << 20);
-    const std::string tc = fs::exists(d / "tokenizer_config.json")
-                               ? read_text_file((d / "tokenizer_config.json").string(),
-                                                "the vindex's tokenizer_config.json", 64u << 20)
-                               : std::string();
-    open_->tokenizer.emplace(vocab_from_hf_tokenizer(tj, tc));
+    open_->tokenizer.emplace(vocab_from_directory(open_->dir));
   }
   return *open_->tokenizer;
 }

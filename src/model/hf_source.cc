@@ -9,6 +9,7 @@
 
 #include "tokenizer/hf_json.h"
 #include "util/error.h"
+#include "util/text_file.h"
 #include "util/hash.h"
 #include "util/mmap.h"
 
@@ -18,14 +19,6 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-std::string read_text(const fs::path& p, size_t limit) {
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) throw Error(ErrorKind::NotFound, p.string() + " does not exist");
-  const MappedFile m = MappedFile::open(p.string());
-  if (m.size() > limit) throw Error(ErrorKind::Format, p.string() + " is larger than " + std::to_string(limit >> 20) + " MiB");
-  return std::string(reinterpret_cast<const char*>(m.data()), m.size());
-}
 
 // Hugging Face Gemma 3 names (transformers modeling_gemma3.py).
 std::string gemma3_hf_name(TensorRole role, int64_t layer) {
@@ -226,7 +219,7 @@ std::shared_ptr<HfSource> HfSource::open(const std::string& dir) {
   s->dir_ = dir;
   const fs::path d(dir);
   const std::string cfg_path = (d / "config.json").string();
-  s->config_text_ = read_text(cfg_path, 16u << 20);
+  s->config_text_ = read_text_file(cfg_path, "config.json", 16u << 20);
   s->config_ = config_from_hf_json(s->config_text_, cfg_path);
   s->ckpt_ = SafetensorsCheckpoint::open(dir);
   const ModelConfig& c = s->config_;
@@ -258,8 +251,8 @@ std::shared_ptr<HfSource> HfSource::open(const std::string& dir) {
     }
   }
   // Tokenizer.
-  const std::string tok_config = fs::exists(d / "tokenizer_config.json") ? read_text(d / "tokenizer_config.json", 64u << 20) : "";
-  const std::string tok_json = read_text(d / "tokenizer.json", 256u << 20);
+  const std::string tok_config = fs::exists(d / "tokenizer_config.json") ? read_text_file((d / "tokenizer_config.json").string(), "tokenizer_config.json", 64u << 20) : "";
+  const std::string tok_json = read_text_file((d / "tokenizer.json").string(), "tokenizer.json", 256u << 20);
   s->vocab_ = vocab_from_hf_tokenizer(tok_json, tok_config);
   const VocabData& v = s->vocab_;
   s->specials_ = SpecialTokens{v.bos_id, v.eos_id, v.eot_id, v.pad_id, v.unk_id, v.add_bos};

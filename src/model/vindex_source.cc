@@ -7,6 +7,7 @@
 #include "model/config_json.h"
 #include "tokenizer/hf_json.h"
 #include "util/error.h"
+#include "util/text_file.h"
 #include "vindex/sha256.h"
 
 namespace larql {
@@ -32,12 +33,6 @@ constexpr RoleName kRoles[] = {
     {TensorRole::FfnUp, "ffn_up"},             {TensorRole::FfnDown, "ffn_down"},
     {TensorRole::PostFfnNorm, "post_ffn_norm"},
 };
-
-std::string read_small_file(const fs::path& p, size_t limit) {
-  const MappedFile m = MappedFile::open(p.string());
-  if (m.size() > limit) throw Error(ErrorKind::Format, p.string() + " is larger than " + std::to_string(limit >> 20) + " MiB");
-  return std::string(reinterpret_cast<const char*>(m.data()), m.size());
-}
 
 }  // namespace
 
@@ -98,7 +93,7 @@ std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
   const std::string where = mpath.string();
   json m;
   try {
-    m = json::parse(read_small_file(mpath, 64u << 20));
+    m = json::parse(read_text_file(mpath.string(), "weight_manifest.json", 64u << 20));
   } catch (const json::exception& e) {
     throw Error(ErrorKind::Format, where + ": not valid JSON: " + e.what());
   }
@@ -157,9 +152,7 @@ std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
   std::string digests;
   for (const auto& [name, sum] : x.checksums) digests += name + ":" + sum + "\n";
   s->fingerprint_ = "vindex-sha256-" + vindex::sha256_hex(digests.data(), digests.size());
-  const fs::path d(dir);
-  const std::string tok_config = fs::exists(d / "tokenizer_config.json") ? read_small_file(d / "tokenizer_config.json", 64u << 20) : "";
-  s->vocab_ = vocab_from_hf_tokenizer(read_small_file(d / "tokenizer.json", 256u << 20), tok_config);
+  s->vocab_ = vocab_from_directory(dir);
   const VocabData& v = s->vocab_;
   s->specials_ = SpecialTokens{v.bos_id, v.eos_id, v.eot_id, v.pad_id, v.unk_id, v.add_bos};
   return s;

@@ -1,7 +1,7 @@
 // A weight source reading a vindex directory (docs/vindex-format.md) extracted at level
 // `inference` or above: every tensor found through weight_manifest.json, in the type it names
 // (quant keep: the source's own blocks, byte for byte; none: floats; q4k: re-quantised); the config from index.json's model_config; the
-// vocabulary from tokenizer.json + tokenizer_config.json.
+// vocabulary from tokenizer.gguf (or, without it, tokenizer.json + tokenizer_config.json).
 #pragma once
 
 #include <map>
@@ -70,7 +70,7 @@ class VindexSource final : public WeightSource {
   ModelConfig config_;
   SpecialTokens specials_;
   std::string fingerprint_;
-  VocabData vocab_;  ///< parsed once at open (tokenizer.json is ~14 MB of JSON)
+  VocabData vocab_;  ///< read once at open (vocab_from_directory)
   uint64_t bytes_ = 0;
   std::map<std::string, std::shared_ptr<MappedFile>> files_;
   std::vector<Entry> entries_;

@@ -1,15 +1,20 @@
 #include "tokenizer/hf_json.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "formats/gguf.h"
 #include "util/error.h"
+#include "util/text_file.h"
 
 namespace larql {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -140,6 +145,18 @@ HfTokenizerFiles to_hf_tokenizer(const VocabData& v) {
   if (!v.chat_template.empty()) c["chat_template"] = v.chat_template;
   c["tokenizer_class"] = "PreTrainedTokenizerFast";
   return HfTokenizerFiles{std::move(top), c.dump(2) + "\n"};
+}
+
+VocabData vocab_from_directory(const std::string& dir) {
+  const fs::path d(dir);
+  std::error_code ec;
+  if (fs::is_regular_file(d / "tokenizer.gguf", ec)) return vocab_from_gguf(*GgufFile::open((d / "tokenizer.gguf").string()));
+  if (!fs::is_regular_file(d / "tokenizer.json", ec))
+    throw Error(ErrorKind::NotFound, dir + ": no tokenizer.gguf or tokenizer.json (a vindex holds its vocabulary there)");
+  const std::string config = fs::is_regular_file(d / "tokenizer_config.json", ec)
+                                 ? read_text_file((d / "tokenizer_config.json").string(), "tokenizer_config.json", 64u << 20)
+                                 : std::string();
+  return vocab_from_hf_tokenizer(read_text_file((d / "tokenizer.json").string(), "tokenizer.json", 256u << 20), config);
 }
 
 VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json) {

@@ -39,4 +39,12 @@ HfTokenizerFiles to_hf_tokenizer(const VocabData& vocab);
 /// is not in the vocabulary); Unsupported for a model type other than BPE.
 VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json);
 
+/// The vocabulary of a vindex directory (docs/vindex-format.md): `tokenizer.gguf` when present
+/// (vocab_to_gguf's metadata: tens of milliseconds), else `tokenizer.json` (+
+/// `tokenizer_config.json` when present; about a second of JSON for a 262k vocabulary).
+/// Errors: NotFound when neither tokenizer.gguf nor tokenizer.json exists (naming the
+/// directory); those of GgufFile::open / vocab_from_gguf, read_text_file and
+/// vocab_from_hf_tokenizer otherwise (naming the file).
+VocabData vocab_from_directory(const std::string& dir);
+
 }  // namespace larql

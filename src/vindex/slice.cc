@@ -33,7 +33,7 @@ const std::map<std::string, std::vector<std::string>>& parts() {
       {"gate", {"gate_vectors.bin"}},
       {"down_meta", {"down_meta.bin"}},
       {"ffn", {"ffn_weights.bin"}},
-      {"tokenizer", {"tokenizer.json", "tokenizer_config.json"}},
+      {"tokenizer", {"tokenizer.json", "tokenizer_config.json", "tokenizer.gguf"}},
       {"manifest", {"weight_manifest.json"}},
   };
   return p;

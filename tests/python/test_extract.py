@@ -60,7 +60,7 @@ def test_index_describes_the_model(vindex):
     assert abs(idx["embed_scale"] - 640 ** 0.5) < 1e-4
     files = {p.name for p in vindex.iterdir()} - {"index.json"}
     assert set(idx["checksums"]) == files
-    assert files == {"gate_vectors.bin", "embeddings.bin", "down_meta.bin", "tokenizer.json", "tokenizer_config.json",
+    assert files == {"gate_vectors.bin", "embeddings.bin", "down_meta.bin", "tokenizer.json", "tokenizer_config.json", "tokenizer.gguf",
                      "attn_weights.bin", "ffn_weights.bin", "norms.bin", "embed_weights.bin", "weight_manifest.json"}
 
 
@@ -224,7 +224,7 @@ def test_extract_refuses_to_overwrite_and_bad_flags(larql_bin, model_path, vinde
     assert r.returncode == 2
 
 
-ATTENTION_FILES = {"gate_vectors.bin", "embeddings.bin", "down_meta.bin", "tokenizer.json", "tokenizer_config.json",
+ATTENTION_FILES = {"gate_vectors.bin", "embeddings.bin", "down_meta.bin", "tokenizer.json", "tokenizer_config.json", "tokenizer.gguf",
                    "attn_weights.bin", "norms.bin", "weight_manifest.json"}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-TOK = {"tokenizer.json", "tokenizer_config.json"}
+TOK = {"tokenizer.json", "tokenizer_config.json", "tokenizer.gguf"}
 # preset -> (files kept, extract_level, has_model_weights), from docs/vindex-format.md.
 PRESETS = {
     "client": ({"embeddings.bin", "embed_weights.bin", "norms.bin", "attn_weights.bin", "weight_manifest.json"} | TOK,
