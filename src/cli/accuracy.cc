@@ -99,7 +99,7 @@ void run(const AccuracyArgs& a) {
 void register_accuracy(CLI::App& app) {
   auto a = std::make_shared<AccuracyArgs>();
   CLI::App* s = app.add_subcommand("accuracy", "score engines on fact, needle-in-haystack and conflict corpora vs standard");
-  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("model", a->model, kModelHelp)->required();
   add_engine_flag(s, a->engines, true);
   s->add_option("--corpus", a->corpus, "parametric, in-context, conflict or all")->capture_default_str();
   s->add_flag("--quick", a->quick, "a smoke run: every 4th fact/conflict item, needles at 512 and 1k only");

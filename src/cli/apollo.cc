@@ -174,7 +174,7 @@ void register_apollo(CLI::App& app) {
   CLI::App* s = ap->add_subcommand("build", "cut a document into token windows and write an apollo store");
   s->add_option("document", b->document, "text file")->required();
   s->add_option("-o,--out", b->out, "store file to write")->required();
-  s->add_option("-m,--model", b->model, "GGUF path or a name in models/ (its tokenizer; the store is bound to it)")
+  s->add_option("-m,--model", b->model, std::string(kModelHelp) + " (its tokenizer; the store is bound to it)")
       ->capture_default_str();
   add_int_flag(s, "--window", b->window, 16, 8192, "tokens per window,");
   add_int_flag(s, "--stride", b->stride, 1, 8192, "tokens between window starts (window - stride overlap),");
@@ -188,7 +188,7 @@ void register_apollo(CLI::App& app) {
   v->add_option("questions", e->questions,
                 "JSONL: {\"question\", \"answer\", \"evidence\"} or {\"question\", \"miss\": true} per line")->required();
   v->add_option("--store", e->store, "store from `apollo build` (default: build one in memory)");
-  v->add_option("-m,--model", e->model, "GGUF path or a name in models/")->capture_default_str();
+  v->add_option("-m,--model", e->model, kModelHelp)->capture_default_str();
   add_int_flag(v, "--window", e->window, 16, 8192, "window tokens when building in memory,");
   add_int_flag(v, "--stride", e->stride, 1, 8192, "stride when building in memory,");
   add_int_flag(v, "--layer", e->layer, 0, 4096, "injection layer, below the model's layer count,")

@@ -303,7 +303,7 @@ void run(const BenchArgs& a) {
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* s = app.add_subcommand("bench", "measure prefill/decode tok/s, state size and agreement with standard");
-  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("model", a->model, kModelHelp)->required();
   add_engine_flag(s, a->engines, true);
   add_int_flag(s, "--prompt-tokens", a->prompt_tokens, 1, INT32_MAX, "prompt length for prefill,");
   add_int_flag(s, "--decode-tokens", a->decode_tokens, 1, INT32_MAX, "tokens to decode,");

@@ -3,7 +3,9 @@
 // NAME.vindex, or links to them, found by short name as every verb resolves models.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <string_view>
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -133,6 +135,13 @@ void run_link(const std::string& path, const std::string& name) {
   const bool vx = fs::is_directory(path, ec);
   if (vx && !is_vindex_dir(path)) throw Error(ErrorKind::InvalidArgument, path + " is a directory without index.json, not a vindex");
   if (!vx && !fs::is_regular_file(path, ec)) throw Error(ErrorKind::InvalidArgument, path + " is neither a GGUF file nor a vindex");
+  if (!vx) {
+    // A GGUF file starts with the magic "GGUF" (the format's specification); look no further.
+    char magic[4] = {};
+    std::ifstream in(path, std::ios::binary);
+    if (!in.read(magic, 4) || std::string_view(magic, 4) != "GGUF")
+      throw Error(ErrorKind::InvalidArgument, path + " does not start with the GGUF magic: neither a GGUF file nor a vindex");
+  }
   const std::string ext = vx ? ".vindex" : ".gguf";
   const std::string base = fs::path(name).extension() == ext ? fs::path(name).stem().string() : name;
   if (find_entry(base)) throw Error(ErrorKind::InvalidArgument, "name \"" + base + "\" is already in the cache (`larql list`)");

@@ -72,7 +72,7 @@ void run(const CalibrateArgs& a) {
 void register_calibrate(CLI::App& app) {
   auto a = std::make_shared<CalibrateArgs>();
   CLI::App* s = app.add_subcommand("calibrate", "measure per-layer codec KL costs and write a boundary-per-layer record");
-  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("model", a->model, kModelHelp)->required();
   s->add_option("--engine", a->engine, "engine to calibrate (boundary-per-layer)")->capture_default_str();
   add_float_flag(s, "--budget", a->budget, {0, 100, true, false}, "KL budget in nats for the summed per-layer cost,")
       ->required()

@@ -103,7 +103,7 @@ void run(ChatArgs& a) {
 void register_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   CLI::App* s = app.add_subcommand("chat", "interactive multi-turn chat (Ctrl-C stops a reply, Ctrl-D quits)");
-  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("model", a->model, kModelHelp)->required();
   add_int_flag(s, "-n,--n-predict", a->n, 1, INT32_MAX, "tokens per reply at most,");
   add_sampler_flags(s, a->sampler, a->seed_set);
   add_engine_flag(s, a->engine);

@@ -24,6 +24,9 @@ std::vector<std::string> model_dirs();
 /// NAME.vindex (a vindex directory). Error{NotFound} lists what is available.
 std::string resolve_model(const std::string& name_or_path);
 
+/// The help text of every verb's MODEL argument.
+inline constexpr const char* kModelHelp = "a GGUF file, a vindex or Hugging Face directory, or a name in models/";
+
 struct Loaded {
   std::shared_ptr<Model> model;
   std::shared_ptr<Forward> forward;

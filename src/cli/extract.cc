@@ -63,7 +63,9 @@ void run_extract(const ExtractArgs& a) {
 
 void add_extract_options(CLI::App* cmd, ExtractArgs& a) {
   cmd->add_option("source", a.source, "GGUF path, Hugging Face directory (config.json + safetensors) or a name in models/")->required();
-  cmd->add_option("-o,--output", a.out, "the vindex directory to write (e.g. gemma.vindex)")->required();
+  cmd->add_option("-o,--output", a.out, "the vindex directory to write (e.g. gemma.vindex)")
+      ->required()
+      ->check([](const std::string& s) { return s.empty() ? std::string("the output directory must not be empty") : std::string(); });
   cmd->add_option("--level", a.level,
                   "browse (gate vectors, embeddings, down_meta, tokenizer) | attention (+ attention weights and "
                   "norms) | inference | all (+ every weight: the vindex runs)")

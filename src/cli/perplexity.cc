@@ -156,7 +156,7 @@ void run(const PplArgs& a) {
 void register_perplexity(CLI::App& app) {
   auto a = std::make_shared<PplArgs>();
   CLI::App* s = app.add_subcommand("perplexity", "perplexity of a text file (every position scored)");
-  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("model", a->model, kModelHelp)->required();
   s->add_option("file", a->file, "UTF-8 text file")->required();
   add_int_flag(s, "--max-tokens", a->max_tokens, 0, INT32_MAX, "score only the first N tokens (BOS included; 0 = all),");
   add_max_input_flag(s, a->max_input_bytes);

@@ -143,7 +143,7 @@ void run(RunArgs& a) {
 void register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* s = app.add_subcommand("run", "generate a continuation of a prompt, streaming tokens");
-  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("model", a->model, kModelHelp)->required();
   s->add_option("prompt", a->prompt, "prompt text");
   s->add_option("-f,--file", a->prompt_file, "read the prompt from a UTF-8 text file");
   add_int_flag(s, "-n,--n-predict", a->n, 0, INT32_MAX, "tokens to generate at most (the context also stops it),");

@@ -1,9 +1,11 @@
 // `larql tokenize MODEL "text"`: show the token ids and pieces of a text.
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 #include "model/gguf_source.h"
+#include "tokenizer/hf_json.h"
 
 namespace larql::cli {
 namespace {
@@ -14,7 +16,11 @@ struct TokArgs {
 };
 
 void run(const TokArgs& a) {
-  Tokenizer tok(GgufSource::open(resolve_model(a.model))->vocabulary());
+  const std::string path = resolve_model(a.model);
+  std::error_code ec;
+  // A directory (a vindex of any level, or a Hugging Face model) keeps its vocabulary in
+  // tokenizer.gguf or tokenizer.json: no weights need to be opened.
+  Tokenizer tok(std::filesystem::is_directory(path, ec) ? vocab_from_directory(path) : GgufSource::open(path)->vocabulary());
   const auto ids = tok.encode(a.text, !a.no_bos && tok.add_bos(), !a.no_special);
   if (a.json) {
     nlohmann::json pieces = nlohmann::json::array();
@@ -32,7 +38,7 @@ void run(const TokArgs& a) {
 void register_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokArgs>();
   CLI::App* s = app.add_subcommand("tokenize", "print the token ids of a text");
-  s->add_option("model", a->model, "GGUF path or a name in models/")->required();
+  s->add_option("model", a->model, kModelHelp)->required();
   s->add_option("text", a->text, "text to tokenize")->required();
   s->add_flag("--json", a->json, "print {\"ids\": [...], \"pieces\": [...]}");
   s->add_flag("--no-bos", a->no_bos, "do not add the BOS token");

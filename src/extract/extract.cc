@@ -78,13 +78,6 @@ std::string utc_now() {
   return buf;
 }
 
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 // Trimmed text of a token as down_meta's readers show it; "" for a token that shows nothing.
 bool decodes_to_nothing(const Tokenizer& tok, int32_t id) {
   const std::string s = tok.decode({id}, /*skip_special=*/true);
@@ -287,8 +280,22 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     throw Error(ErrorKind::InvalidArgument, "--dtype \"" + opt.dtype + "\" is not one of f32, f16, bf16");
   if (opt.down_top_k < 1 || opt.down_top_k > 4096)
     throw Error(ErrorKind::InvalidArgument, "--down-top-k " + std::to_string(opt.down_top_k) + " is outside [1, 4096]");
+  if (out_dir.empty()) throw Error(ErrorKind::InvalidArgument, "the output directory is empty");
   const fs::path target = fs::absolute(fs::path(out_dir)).lexically_normal();
   if (target.filename().empty()) throw Error(ErrorKind::InvalidArgument, "output \"" + out_dir + "\" names no directory");
+  {
+    // A source directory (a vindex or a Hugging Face model) must not receive the output: it
+    // would be read while being written, and verify refuses a directory inside a vindex.
+    std::error_code dec;
+    const std::string& src = model.source().path();
+    if (!src.empty() && fs::is_directory(src, dec)) {
+      const fs::path source = fs::absolute(fs::path(src)).lexically_normal();
+      const fs::path rel = target.lexically_relative(source);
+      if (target == source || (!rel.empty() && *rel.begin() != ".."))
+        throw Error(ErrorKind::InvalidArgument, "output " + target.string() + " is the source directory " + source.string() +
+                                                    " or inside it");
+    }
+  }
   std::error_code ec;
   if (!fs::is_directory(target.parent_path(), ec))
     throw Error(ErrorKind::NotFound, "output directory's parent " + target.parent_path().string() + " does not exist");
@@ -462,19 +469,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     x.checksums = record.files();
     vindex::write_index(staging.string(), x);
     bytes += fs::file_size(staging / "index.json");
-    fsync_dir(staging);
-
-    // Into place.
-    fs::path old;
-    if (fs::exists(target, ec)) {
-      old = target.string() + ".old-" + std::to_string(::getpid());
-      fs::rename(target, old, ec);
-      if (ec) throw Error(ErrorKind::Io, "cannot move the old " + target.string() + " aside: " + ec.message());
-    }
-    fs::rename(staging, target, ec);
-    if (ec) throw Error(ErrorKind::Io, "cannot rename " + staging.string() + " to " + target.string() + ": " + ec.message());
-    fsync_dir(target.parent_path());
-    if (!old.empty()) fs::remove_all(old, ec);
+    replace_directory(staging.string(), target.string());
     result.index = std::move(x);
     result.bytes = bytes;
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

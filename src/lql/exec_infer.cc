@@ -68,7 +68,7 @@ std::vector<int64_t> pick_layers(Session& s, const std::optional<LayerRange>& r,
 std::vector<std::vector<float>> walk_queries(Session& s, const std::string& prompt, const std::vector<int64_t>& layers,
                                              const std::string& what, Table& t) {
   std::vector<std::vector<float>> qs;
-  if (s.index().has_model_weights) {
+  if (s.runs_model()) {
     const ForwardRun run = run_forward(s, prompt, false, what);
     for (int64_t l : layers) qs.push_back(run.rows[static_cast<size_t>(l)].ffn_in);
     t.title = what + " \"" + prompt + "\": token " + quoted_token(s, run.tokens.back()) + " (last of " +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -93,6 +94,8 @@ class Parser {
   int64_t expect_int(const std::string& what) {
     if (at_punct("-") && peek(1).kind == TokKind::Integer) fail_at(peek().pos, what + " must not be negative");
     if (peek().kind != TokKind::Integer) fail_expected(what + " (a non-negative integer)");
+    // Counts and layers are ints downstream: refuse what would wrap instead of clamping.
+    if (peek().integer > INT32_MAX) fail_at(peek().pos, what + " " + std::to_string(peek().integer) + " is larger than 2147483647");
     return next().integer;
   }
   double expect_number(const std::string& what) {

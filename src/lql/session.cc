@@ -61,7 +61,8 @@ void Session::use(const std::string& dir) {
                                          " bytes, vocab_size x hidden_size needs " + std::to_string(need));
   }
   const fs::path dm = fs::path(dir) / "down_meta.bin";
-  if (fs::exists(dm)) o->down_meta = vindex::DownMetaFile::open(dm.string());
+  // Listed but missing is an error (DownMetaFile::open names the file), not an empty result.
+  if (ix.checksums.count("down_meta.bin") != 0 || fs::exists(dm)) o->down_meta = vindex::DownMetaFile::open(dm.string());
   open_ = std::move(o);
 }
 
@@ -127,7 +128,11 @@ const vindex::DownMetaFile* Session::down_meta() const {
 const Tokenizer& Session::tokenizer() {
   index();
   if (!open_->tokenizer) {
-    open_->tokenizer.emplace(vocab_from_directory(open_->dir));
+    VocabData v = vocab_from_directory(open_->dir);
+    if (static_cast<int64_t>(v.tokens.size()) != open_->index.vocab_size)
+      throw Error(ErrorKind::Format, open_->dir + ": the vocabulary has " + std::to_string(v.tokens.size()) +
+                                         " tokens, index.json's vocab_size is " + std::to_string(open_->index.vocab_size));
+    open_->tokenizer.emplace(std::move(v));
   }
   return *open_->tokenizer;
 }
@@ -194,9 +199,14 @@ std::string Session::token_text(int64_t id) {
   return s.substr(b, e - b + 1);
 }
 
+bool Session::runs_model() const {
+  const auto& ix = index();
+  return ix.has_model_weights && ix.extract_level >= vindex::ExtractLevel::Inference;
+}
+
 std::shared_ptr<const Model> Session::model(const std::string& what) {
   const auto& ix = index();
-  if (!ix.has_model_weights)
+  if (!runs_model())
     throw Error(ErrorKind::Unsupported, what + " needs a vindex with model weights; " + open_->dir +
                                             " was extracted at level " + vindex::extract_level_name(ix.extract_level) +
                                             " (larql extract MODEL -o X.vindex --level inference)");

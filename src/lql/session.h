@@ -91,6 +91,9 @@ class Session {
   /// The model, loaded on first use. Errors: Unsupported "<what> needs a vindex with model
   /// weights (larql extract MODEL -o X.vindex --level inference)"; Model::load's errors.
   std::shared_ptr<const Model> model(const std::string& what);
+  /// Whether the vindex runs a model (level inference or above, with weights): what WALK's
+  /// choice of query and every forward-pass statement depend on.
+  bool runs_model() const;
 
  private:
   struct Open;

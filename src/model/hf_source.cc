@@ -255,6 +255,10 @@ std::shared_ptr<HfSource> HfSource::open(const std::string& dir) {
   const std::string tok_json = read_text_file((d / "tokenizer.json").string(), "tokenizer.json", 256u << 20);
   s->vocab_ = vocab_from_hf_tokenizer(tok_json, tok_config);
   const VocabData& v = s->vocab_;
+  if (static_cast<int64_t>(v.tokens.size()) != s->config_.vocab)
+    throw Error(ErrorKind::Format, (d / "tokenizer.json").string() + ": " + std::to_string(v.tokens.size()) +
+                                       " tokens, but config.json's vocab_size (the embedding's rows) is " +
+                                       std::to_string(s->config_.vocab));
   s->specials_ = SpecialTokens{v.bos_id, v.eos_id, v.eot_id, v.pad_id, v.unk_id, v.add_bos};
 
   // Fingerprint and size: every byte that defines the model.

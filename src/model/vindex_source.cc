@@ -154,6 +154,11 @@ std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
   s->fingerprint_ = "vindex-sha256-" + vindex::sha256_hex(digests.data(), digests.size());
   s->vocab_ = vocab_from_directory(dir);
   const VocabData& v = s->vocab_;
+  if (static_cast<int64_t>(v.tokens.size()) != s->config_.vocab)
+    throw Error(ErrorKind::Format, dir + ": the vocabulary (" +
+                                       (fs::exists(fs::path(dir) / "tokenizer.gguf") ? "tokenizer.gguf" : "tokenizer.json") + ") has " +
+                                       std::to_string(v.tokens.size()) + " tokens, the model's embedding " +
+                                       std::to_string(s->config_.vocab) + " rows");
   s->specials_ = SpecialTokens{v.bos_id, v.eos_id, v.eot_id, v.pad_id, v.unk_id, v.add_bos};
   return s;
 }

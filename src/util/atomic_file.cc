@@ -246,4 +246,27 @@ void write_file_atomic(const std::string& path, std::string_view data, const std
   w.commit();
 }
 
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void replace_directory(const std::string& staging, const std::string& target) {
+  fsync_directory(staging);
+  std::error_code ec;
+  std::string old;
+  if (fs::exists(target, ec)) {
+    old = target + ".old-" + std::to_string(::getpid());
+    fs::rename(target, old, ec);
+    if (ec) throw Error(ErrorKind::Io, "cannot move the old " + target + " aside: " + ec.message());
+  }
+  fs::rename(staging, target, ec);
+  if (ec) throw Error(ErrorKind::Io, "cannot rename " + staging + " to " + target + ": " + ec.message());
+  const fs::path parent = fs::path(target).parent_path();
+  fsync_directory(parent.empty() ? std::string(".") : parent.string());
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
 }  // namespace larql

@@ -70,4 +70,15 @@ class AtomicWriter {
 /// Write `data` to `path` through an AtomicWriter.
 void write_file_atomic(const std::string& path, std::string_view data, const std::string& flag = "output");
 
+/// fsync a directory, so the entries created or renamed in it survive a crash. Best effort: a
+/// directory that cannot be opened is skipped (the files in it were fsynced by their writers).
+void fsync_directory(const std::string& dir);
+
+/// Put a finished, fsynced staging directory at `target` (an extract's or a slice's output):
+/// fsync `staging`; move an existing `target` aside to `<target>.old-<pid>`; rename `staging`
+/// to `target`; fsync the parent; remove the old one. `target` is never absent-and-unfinished:
+/// a crash leaves the old directory, its `.old-<pid>` copy, or the new one.
+/// Errors: Error{Io} naming the rename that failed and the OS reason.
+void replace_directory(const std::string& staging, const std::string& target);
+
 }  // namespace larql

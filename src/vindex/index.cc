@@ -8,6 +8,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/mmap.h"
+#include "vindex/down_meta_file.h"
 #include "vindex/sha256.h"
 
 namespace larql::vindex {
@@ -263,6 +264,43 @@ VerifyReport verify(const std::string& dir) {
       r.problems.push_back(file + ": " + e.what());
     }
   }
+  // Sizes and headers against what index.json declares.
+  auto listed = [&](const char* f) { return x.checksums.count(f) != 0 && fs::is_regular_file(fs::path(dir) / f, ec); };
+  if (listed("embeddings.bin")) {
+    const uint64_t need = static_cast<uint64_t>(x.vocab_size) * static_cast<uint64_t>(x.hidden_size) *
+                          static_cast<uint64_t>(dtype_size(x.dtype));
+    const uint64_t got = fs::file_size(fs::path(dir) / "embeddings.bin", ec);
+    if (got != need)
+      r.problems.push_back("embeddings.bin: " + std::to_string(got) + " bytes; vocab_size " + std::to_string(x.vocab_size) +
+                           " x hidden_size " + std::to_string(x.hidden_size) + " at " + x.dtype + " needs " + std::to_string(need));
+  }
+  if (listed("down_meta.bin")) {
+    try {
+      const DownMetaFile dm = DownMetaFile::open((fs::path(dir) / "down_meta.bin").string());
+      if (static_cast<int64_t>(dm.num_layers()) != x.num_layers)
+        r.problems.push_back("down_meta.bin: " + std::to_string(dm.num_layers()) + " layers; index.json's num_layers is " +
+                             std::to_string(x.num_layers));
+      if (static_cast<int64_t>(dm.top_k()) != x.down_top_k)
+        r.problems.push_back("down_meta.bin: top_k " + std::to_string(dm.top_k()) + "; index.json's down_top_k is " +
+                             std::to_string(x.down_top_k));
+    } catch (const Error& e) {
+      r.problems.push_back(std::string("down_meta.bin: ") + e.what());
+    }
+  }
+  // The level and the weights flag against the files present.
+  std::vector<const char*> level_needs;
+  if (x.extract_level >= ExtractLevel::Attention) level_needs = {"attn_weights.bin", "norms.bin", "weight_manifest.json"};
+  if (x.extract_level >= ExtractLevel::Inference) {
+    level_needs.push_back("ffn_weights.bin");
+    level_needs.push_back("embed_weights.bin");
+  }
+  for (const char* f : level_needs)
+    if (!x.checksums.count(f))
+      r.problems.push_back(std::string("extract_level ") + extract_level_name(x.extract_level) + " needs " + f +
+                           ", which index.json does not list");
+  if (x.has_model_weights && !x.checksums.count("weight_manifest.json"))
+    r.problems.push_back("has_model_weights is true but index.json lists no weight_manifest.json");
+  if (!(x.embed_scale > 0)) r.problems.push_back("embed_scale " + std::to_string(x.embed_scale) + " is not positive");
   if (!x.layers.empty()) {
     const fs::path g = fs::path(dir) / "gate_vectors.bin";
     const uint64_t need = x.layers.back().offset + x.layers.back().length;

@@ -50,13 +50,6 @@ const std::map<std::string, std::vector<std::string>>& presets() {
   return p;
 }
 
-void fsync_path(const fs::path& p, bool dir) {
-  const int fd = ::open(p.c_str(), (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 std::string read_text(const fs::path& p) {
   std::string out;
   FILE* f = std::fopen(p.c_str(), "rb");
@@ -175,17 +168,7 @@ SliceResult slice_vindex(const std::string& src, const std::string& preset, cons
       x.checksums[f.name] = sha256_file(to.string());
     }
     write_index(staging.string(), x);
-    fsync_path(staging, true);
-    fs::path old;
-    if (fs::exists(target, ec)) {
-      old = target.string() + ".old-" + std::to_string(::getpid());
-      fs::rename(target, old, ec);
-      if (ec) throw Error(ErrorKind::Io, "cannot move the old " + target.string() + " aside: " + ec.message());
-    }
-    fs::rename(staging, target, ec);
-    if (ec) throw Error(ErrorKind::Io, "cannot rename " + staging.string() + " to " + target.string() + ": " + ec.message());
-    fsync_path(target.parent_path(), true);
-    if (!old.empty()) fs::remove_all(old, ec);
+    replace_directory(staging.string(), target.string());
   } catch (...) {
     fs::remove_all(staging, ec);
     throw;
