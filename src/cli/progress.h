@@ -19,9 +19,17 @@ class Progress {
     last_ = now;
     const double secs = std::chrono::duration<double>(now - start_).count();
     const int width = 30, filled = static_cast<int>(width * done / total_);
-    std::fprintf(stderr, "\r%s [%s%s] %lld/%lld  %.1f/s ", label_.c_str(), std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), (long long)done, (long long)total_,
-                 secs > 0 ? done / secs : 0.0);
+    const double rate = secs > 0 ? done / secs : 0.0;
+    // ETA from the mean rate so far; "--" until one unit is done.
+    char eta[32] = "--";
+    if (rate > 0 && done < total_) {
+      const long long left = static_cast<long long>((total_ - done) / rate + 0.5);
+      std::snprintf(eta, sizeof eta, "%lld:%02lld", left / 60, left % 60);
+    } else if (done >= total_) {
+      std::snprintf(eta, sizeof eta, "done in %.1f s", secs);
+    }
+    std::fprintf(stderr, "\r%s [%s%s] %lld/%lld  %.1f/s  ETA %s ", label_.c_str(), std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), (long long)done, (long long)total_, rate, eta);
     if (done >= total_) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   }
