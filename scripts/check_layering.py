@@ -31,7 +31,8 @@ LAYERS = {
     "boundary": ["util"],
     "kv": ["inference", "boundary", "tokenizer"],
     "accuracy": ["kv"],
-    "cli": ["kv", "accuracy", "extract", "lql"],
+    "server": ["kv", "lql"],
+    "cli": ["kv", "accuracy", "extract", "lql", "server"],
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')

@@ -47,6 +47,37 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text
   return ids;
 }
 
+StopTextStream::StopTextStream(const Tokenizer& tok, std::vector<std::string> stops, bool skip_special)
+    : dec_(tok, skip_special) {
+  for (auto& s : stops)
+    if (!s.empty()) stops_.push_back(std::move(s));
+}
+
+std::string StopTextStream::push(int32_t id) {
+  if (stopped_) return {};
+  pending_ += dec_.push(id);
+  size_t cut = std::string::npos;
+  for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
+  size_t n = pending_.size();
+  if (cut != std::string::npos) {
+    n = cut;
+    stopped_ = true;
+  } else {
+    n -= held_suffix(pending_, stops_);
+  }
+  std::string out = pending_.substr(0, n);
+  pending_.erase(0, stopped_ ? pending_.size() : n);
+  return out;
+}
+
+std::string StopTextStream::finish() {
+  if (stopped_) return {};
+  pending_ += dec_.flush();
+  std::string out;
+  out.swap(pending_);
+  return out;
+}
+
 GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
                         const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                         const std::function<void(std::string_view)>& on_text) {
@@ -131,13 +162,11 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     }
   } on_exit{session, sampler, opt.sampler.config_string()};
 
-  StreamDecoder dec(tok, /*skip_special=*/true);
-  std::string pending;  // decoded text not yet emitted (may be the start of a stop string)
-  auto emit = [&](size_t n) {
-    if (n == 0) return;
-    if (on_text) on_text(std::string_view(pending).substr(0, n));
-    r.text += pending.substr(0, n);
-    pending.erase(0, n);
+  StopTextStream text(tok, opt.stop_strings);
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    if (on_text) on_text(piece);
+    r.text += piece;
   };
   r.stop_reason = "max_tokens";
   t0 = now_s();
@@ -161,20 +190,11 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     }
     r.ids.push_back(next);
     history.push_back(next);
-    pending += dec.push(next);
-    if (!opt.stop_strings.empty()) {
-      size_t cut = std::string::npos;
-      for (const auto& s : opt.stop_strings) cut = std::min(cut, pending.find(s));
-      if (cut != std::string::npos) {
-        pending.resize(cut);
-        emit(pending.size());
-        r.stop_reason = "stop_string";
-        r.decode_seconds = now_s() - t0;
-        return r;
-      }
-      emit(pending.size() - held_suffix(pending, opt.stop_strings));
-    } else {
-      emit(pending.size());
+    emit(text.push(next));
+    if (text.stopped()) {
+      r.stop_reason = "stop_string";
+      r.decode_seconds = now_s() - t0;
+      return r;
     }
     if (step + 1 == opt.max_tokens) break;  // `next` stays in the history, not yet consumed
     h = engine.decode_step(next);
@@ -182,8 +202,7 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     forward.logits(h.data(), 1, logits.data());
   }
   r.decode_seconds = now_s() - t0;
-  pending += dec.flush();
-  emit(pending.size());
+  emit(text.finish());
   return r;
 }
 

@@ -67,6 +67,28 @@ std::vector<int32_t> eog_ids(const Tokenizer& tok);
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text, bool add_bos,
                                    std::vector<std::string>* notes);
 
+/// The text side of generation, shared by generate() and the server: tokens in, UTF-8 text out,
+/// cut before the first stop string even when it spans tokens. Text that could be the start of
+/// a stop string is held back until the next token shows it is not (OpenAI's `stop` semantics).
+class StopTextStream {
+ public:
+  /// stops: strings that end generation (empty ones are ignored). skip_special as StreamDecoder.
+  StopTextStream(const Tokenizer& tok, std::vector<std::string> stops, bool skip_special = true);
+  /// Append a token; returns the text now safe to emit (possibly ""). After a stop string
+  /// appears, stopped() is true and the text before it is returned; later pushes return "".
+  std::string push(int32_t id);
+  /// The text still held back (an incomplete UTF-8 tail becomes U+FFFD), at the end of
+  /// generation; "" once stopped.
+  std::string finish();
+  bool stopped() const { return stopped_; }
+
+ private:
+  StreamDecoder dec_;
+  std::vector<std::string> stops_;
+  std::string pending_;
+  bool stopped_ = false;
+};
+
 /// Run a prompt through `engine` and generate. `on_text` receives complete UTF-8 pieces as they
 /// are produced (nullptr for none). Afterwards engine.session() holds the whole sequence (every
 /// generated token; the last one is not consumed by the engine, so the next generation or a

@@ -61,6 +61,12 @@ std::vector<float> StandardEngine::decode_step(int32_t token) {
   return run(&token, 1);
 }
 
+std::vector<float> StandardEngine::extend(const std::vector<int32_t>& tokens) {
+  if (!started_) throw Error(ErrorKind::InvariantViolation, "extend before prefill");
+  if (tokens.empty()) throw Error(ErrorKind::EmptyPrompt, "extend: no tokens");
+  return run(tokens.data(), static_cast<int64_t>(tokens.size()));
+}
+
 void StandardEngine::decode_batch(Forward& runner, std::span<BatchStep> steps) {
   std::vector<Forward::BatchItem> items(steps.size());
   const int64_t H = runner.config().hidden;

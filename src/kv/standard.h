@@ -37,6 +37,11 @@ class StandardEngine : public Engine {
   StandardEngine(std::shared_ptr<Forward> forward, int64_t window, bool sink = true);
   std::vector<float> prefill(const std::vector<int32_t>& tokens) override;
   std::vector<float> decode_step(int32_t token) override;
+  /// Append several tokens to a started sequence in one forward pass (a prompt read in chunks:
+  /// prefill(first chunk), then extend(each next chunk)); the hidden state of the last one, and
+  /// a cache bit-identical to one prefill of all of them. Errors: InvariantViolation before
+  /// prefill, EmptyPrompt for no tokens, ContextOverflow.
+  std::vector<float> extend(const std::vector<int32_t>& tokens);
   EngineInfo info() const override;
   EngineMemory memory() const override;
   int64_t n_past() const override { return cache_.n_past(); }

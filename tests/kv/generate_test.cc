@@ -315,5 +315,30 @@ TEST(Generate, StopIdsCancelAndAFailingSinkStopGeneration) {
   EXPECT_LE(e2.n_past(), static_cast<int64_t>(kPrompt.size()));  // nothing decoded after the failure
 }
 
+TEST(StopTextStream, HoldsBackWhatMayStartAStopAndCutsAcrossTokens) {
+  Gen g;
+  auto byte = [](char c) { return static_cast<int32_t>(6 + static_cast<unsigned char>(c)); };  // <0xNN> tokens
+  // Stop "cd" spans the tokens 'c' and 'd': "ab" is emitted, "c" held, then the stop cuts it.
+  StopTextStream s(g.tok, {"cd", ""});
+  EXPECT_EQ(s.push(byte('a')), "a");
+  EXPECT_EQ(s.push(byte('b')), "b");
+  EXPECT_EQ(s.push(byte('c')), "");  // could be the start of "cd"
+  EXPECT_EQ(s.push(byte('d')), "");
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.push(byte('e')), "");
+  EXPECT_EQ(s.finish(), "");
+  // A held "c" that turns out not to start the stop is released with the next token.
+  StopTextStream t(g.tok, {"cd"});
+  EXPECT_EQ(t.push(byte('c')), "");
+  EXPECT_EQ(t.push(byte('x')), "cx");
+  EXPECT_EQ(t.push(byte('c')), "");
+  EXPECT_EQ(t.finish(), "c");  // the end of generation releases it
+  EXPECT_FALSE(t.stopped());
+  // A UTF-8 character split over byte tokens is held until complete ("é" = C3 A9).
+  StopTextStream u(g.tok, {});
+  EXPECT_EQ(u.push(6 + 0xC3), "");
+  EXPECT_EQ(u.push(6 + 0xA9), "\xC3\xA9");
+}
+
 }  // namespace
 }  // namespace larql

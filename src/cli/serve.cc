@@ -1,0 +1,161 @@
+// `larql serve MODEL`: the OpenAI-compatible HTTP server (docs/server.md).
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "cli/common.h"
+#include "server/http.h"
+#include "server/routes.h"
+#include "server/scheduler.h"
+#include "util/error.h"
+
+namespace larql::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int threads = 0;
+  std::string engine;
+  std::string api_key, api_key_file;
+  std::vector<std::string> cors;
+  int64_t max_body = 4 << 20;
+  int64_t ctx_size = 0;
+  int64_t max_prompt_tokens = 0;
+  int64_t max_tokens = 0;
+  int max_batch = 16;
+  int max_queue = 64;
+  double rate_limit = 0;
+  bool trust_proxy = false;
+  int timeout_s = 600;
+  int drain_s = 10;
+  int max_connections = 256;
+  std::string alias;
+};
+
+std::string trim_line(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
+  return s;
+}
+
+void serve(ServeArgs& a) {
+  const EngineSpec spec = parse_cli_engine_spec(a.engine);
+  std::string key = a.api_key;
+  if (!a.api_key_file.empty()) {
+    if (!key.empty()) throw Error(ErrorKind::InvalidArgument, "give --api-key or --api-key-file, not both");
+    key = trim_line(read_text_file(a.api_key_file, "the API key file", 4096));
+    if (key.empty()) throw Error(ErrorKind::InvalidArgument, "the API key file " + a.api_key_file + " is empty");
+  }
+  // Signals go to one waiting thread, never to a thread in the middle of a decode step.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Loaded l = load(a.model, a.threads, "serve");
+  const int64_t model_ctx = l.model->config().context_length;
+  if (a.ctx_size > model_ctx)
+    throw Error(ErrorKind::Usage, "--ctx-size must be at most this model's context, " + std::to_string(model_ctx));
+  // Warm-up: one token through the model touches every weight page before the first client.
+  {
+    std::vector<float> x(static_cast<size_t>(l.model->config().hidden));
+    auto eng = make_engine(spec, std::make_shared<Forward>(l.model, l.forward->pool_ptr()));
+    const auto h = eng->prefill({l.tokenizer.bos_id() >= 0 ? l.tokenizer.bos_id() : 0});
+    std::vector<float> logits(static_cast<size_t>(l.model->config().vocab));
+    l.forward->logits(h.data(), 1, logits.data());
+  }
+  server::SchedulerOptions so;
+  so.max_batch = a.max_batch;
+  so.max_queue = a.max_queue;
+  so.context = a.ctx_size;
+  server::Scheduler sched(l.forward, l.tokenizer, so);
+
+  server::HttpOptions ho;
+  ho.host = a.host;
+  ho.port = a.port;
+  ho.api_key = key;
+  ho.cors_origins = a.cors;
+  ho.max_body_bytes = static_cast<uint64_t>(a.max_body);
+  ho.rate_limit_per_min = a.rate_limit;
+  ho.trust_proxy = a.trust_proxy;
+  ho.max_connections = a.max_connections;
+  ho.drain_timeout_s = a.drain_s;
+  server::ApiOptions ao;
+  // The id clients see: --alias, else the file's or directory's name without its extension
+  // (llama.cpp's server names the model by its path too).
+  ao.model_id = a.alias;
+  if (ao.model_id.empty()) {
+    std::filesystem::path p(l.model->path());
+    if (!p.has_filename()) p = p.parent_path();
+    ao.model_id = p.stem().string();
+  }
+  ao.default_engine = spec;
+  ao.max_prompt_tokens = a.max_prompt_tokens;
+  ao.max_tokens_limit = a.max_tokens;
+  ao.request_timeout_s = a.timeout_s;
+  std::unique_ptr<server::HttpServer> http;
+  std::unique_ptr<server::Api> api;
+  http = std::make_unique<server::HttpServer>(ho, [&api](const server::Request& q, server::Responder& r) { (*api)(q, r); });
+  api = std::make_unique<server::Api>(l.forward, l.tokenizer, sched, http.get(), ao);
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "larql serve: %s received, finishing in-flight requests (at most %d s)\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", a.drain_s);
+    http->stop();
+  });
+  const bool loopback = a.host == "127.0.0.1" || a.host == "::1" || a.host == "localhost";
+  std::fprintf(stderr, "larql serve: %s (%s engine, %d threads, %d slots)\n", ao.model_id.c_str(),
+               spec.to_string().c_str(), l.forward->pool().size(), a.max_batch);
+  if (!loopback && key.empty())
+    std::fprintf(stderr, "warning: listening on %s without --api-key: anyone who can reach it can use it\n",
+                 a.host.c_str());
+  const std::string shown_host = a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host;
+  std::printf("listening on http://%s:%d\n", shown_host.c_str(), http->port());
+  std::fflush(stdout);
+  http->run();  // returns after stop() and the drain
+  sched.stop(/*cancel_running=*/true);
+  pthread_kill(waiter.native_handle(), SIGTERM);  // a second signal ends the waiter if none came
+  waiter.join();
+  std::fprintf(stderr, "larql serve: stopped\n");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve", "Serve a model over HTTP: OpenAI-compatible completions and chat (docs/server.md)");
+  cmd->add_option("model", a->model, kModelHelp)->required();
+  cmd->add_option("--host", a->host, "address to listen on (default 127.0.0.1: this machine only)");
+  add_int_flag(cmd, "--port", a->port, 0, 65535, "TCP port (0: any free one, printed at start; default 8080)");
+  add_threads_flag(cmd, a->threads);
+  add_engine_flag(cmd, a->engine);
+  cmd->add_option("--api-key", a->api_key, "require this key (Authorization: Bearer KEY) on every route but /health");
+  cmd->add_option("--api-key-file", a->api_key_file, "read the API key from this file's first line");
+  cmd->add_option("--cors", a->cors, "allow browsers from this origin (repeatable; \"*\" for any). Default: none")
+      ->delimiter(',');
+  add_int_flag(cmd, "--max-body", a->max_body, 1024, int64_t{1} << 30, "largest request body in bytes (default 4 MiB)");
+  add_int_flag(cmd, "-c,--ctx-size", a->ctx_size, 0, int64_t{1} << 30, "positions a sequence may use (0: the model's)");
+  add_int_flag(cmd, "--max-prompt-tokens", a->max_prompt_tokens, 0, int64_t{1} << 30,
+               "longest prompt accepted (0: the context less one)");
+  add_int_flag(cmd, "--max-tokens", a->max_tokens, 0, int64_t{1} << 30, "largest max_tokens accepted (0: the context)");
+  add_int_flag(cmd, "--slots", a->max_batch, 1, 1024, "sequences decoded together at most (default 16)");
+  add_int_flag(cmd, "--queue", a->max_queue, 0, 100000, "requests waiting for a slot before 429 (default 64)");
+  add_float_flag(cmd, "--rate-limit", a->rate_limit, FloatRange{0, 1e9}, "requests per minute per client (0: off)");
+  cmd->add_flag("--trust-proxy", a->trust_proxy, "rate-limit by X-Forwarded-For's first address (behind a proxy)");
+  add_int_flag(cmd, "--timeout", a->timeout_s, 1, 86400, "seconds a request may generate (default 600)");
+  add_int_flag(cmd, "--drain", a->drain_s, 0, 3600, "seconds SIGTERM waits for in-flight requests (default 10)");
+  add_int_flag(cmd, "--max-connections", a->max_connections, 1, 100000, "open connections at most (default 256)");
+  cmd->add_option("--alias", a->alias, "the model id clients see (default: the model's name)");
+  cmd->callback([a] { serve(*a); });
+}
+
+}  // namespace larql::cli

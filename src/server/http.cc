@@ -1,0 +1,364 @@
+#include "server/http.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "util/error.h"
+
+namespace larql::server {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+std::string Request::header(const std::string& lower_name) const {
+  auto it = headers.find(lower_name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+bool key_matches(std::string_view offered, std::string_view expected) {
+  unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(offered.data()), offered.size(), a);
+  SHA256(reinterpret_cast<const unsigned char*>(expected.data()), expected.size(), b);
+  return CRYPTO_memcmp(a, b, sizeof a) == 0;
+}
+
+std::string error_json(const std::string& message, const std::string& type, const std::string& param,
+                       const std::string& code) {
+  nlohmann::json e = {{"message", message}, {"type", type}};
+  e["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
+  e["code"] = code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code);
+  return nlohmann::json{{"error", e}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+namespace {
+
+const char* reason_type(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    default: return status < 500 ? "invalid_request_error" : "server_error";
+  }
+}
+
+class SocketResponder : public Responder {
+ public:
+  SocketResponder(tcp::socket& sock, unsigned version, bool keep_alive, std::map<std::string, std::string> common)
+      : sock_(sock), version_(version), keep_alive_(keep_alive), common_(std::move(common)) {}
+
+  void send(int status, const std::string& content_type, const std::string& body,
+            const std::map<std::string, std::string>& extra = {}) override {
+    http::response<http::string_body> res{static_cast<http::status>(status), version_};
+    res.set(http::field::server, "larql");
+    res.set(http::field::content_type, content_type);
+    for (const auto& [k, v] : common_) res.set(k, v);
+    for (const auto& [k, v] : extra) res.set(k, v);
+    res.keep_alive(keep_alive_);
+    res.body() = body;
+    res.prepare_payload();
+    beast::error_code ec;
+    http::write(sock_, res, ec);
+    if (ec) gone_ = true;
+    sent_ = true;
+  }
+
+  void start_stream() override {
+    http::response<http::empty_body> res{http::status::ok, version_};
+    res.set(http::field::server, "larql");
+    res.set(http::field::content_type, "text/event-stream");
+    res.set(http::field::cache_control, "no-cache");
+    for (const auto& [k, v] : common_) res.set(k, v);
+    res.keep_alive(keep_alive_);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    beast::error_code ec;
+    http::write_header(sock_, sr, ec);
+    if (ec) gone_ = true;
+    sent_ = true;
+    streaming_ = true;
+  }
+
+  bool event(std::string_view payload) override {
+    if (gone_) return false;
+    std::string data = "data: ";
+    data.append(payload);
+    data += "\n\n";
+    beast::error_code ec;
+    net::write(sock_, http::make_chunk(net::buffer(data)), ec);
+    if (ec) gone_ = true;
+    return !gone_;
+  }
+
+  void end_stream() override {
+    if (!streaming_ || gone_) return;
+    beast::error_code ec;
+    net::write(sock_, http::make_chunk_last(), ec);
+    if (ec) gone_ = true;
+    streaming_ = false;
+  }
+
+  bool wait(int notify_fd, std::chrono::milliseconds timeout) override {
+    if (gone_) return false;
+    pollfd fds[2] = {{sock_.native_handle(), static_cast<short>(POLLRDHUP | (peer_sent_data_ ? 0 : POLLIN)), 0},
+                     {notify_fd, POLLIN, 0}};
+    const int r = ::poll(fds, 2, static_cast<int>(timeout.count()));
+    if (r <= 0) return true;
+    if (fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+      gone_ = true;
+      return false;
+    }
+    if (fds[0].revents & POLLIN) {
+      char c;
+      const ssize_t n = ::recv(sock_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        gone_ = true;
+        return false;
+      }
+      peer_sent_data_ = n > 0;  // a pipelined request: stop watching POLLIN, keep POLLRDHUP
+    }
+    return true;
+  }
+
+  bool sent() const { return sent_; }
+  bool gone() const { return gone_; }
+  bool streaming() const { return streaming_; }
+
+ private:
+  tcp::socket& sock_;
+  unsigned version_;
+  bool keep_alive_;
+  std::map<std::string, std::string> common_;
+  bool sent_ = false, gone_ = false, streaming_ = false, peer_sent_data_ = false;
+};
+
+void set_timeout(int fd, int option, int seconds) {
+  timeval tv{};
+  tv.tv_sec = seconds;
+  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
+}
+
+}  // namespace
+
+HttpServer::HttpServer(HttpOptions opt, Handler handler) : opt_(std::move(opt)), handler_(std::move(handler)) {
+  if (opt_.port < 0 || opt_.port > 65535)
+    throw Error(ErrorKind::InvalidArgument, "port " + std::to_string(opt_.port) + " is outside 0-65535");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(opt_.port);
+  if (int rc = ::getaddrinfo(opt_.host.c_str(), port.c_str(), &hints, &res); rc != 0)
+    throw Error(ErrorKind::InvalidArgument, "cannot resolve host \"" + opt_.host + "\": " + gai_strerror(rc));
+  std::string why;
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+      listen_fd_ = fd;
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+      port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+      break;
+    }
+    why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0)
+    throw Error(ErrorKind::Io, "cannot listen on " + opt_.host + ":" + port + (why.empty() ? "" : ": " + why));
+}
+
+HttpServer::~HttpServer() {
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+bool HttpServer::rate_ok(const std::string& client) {
+  if (opt_.rate_limit_per_min <= 0) return true;
+  const auto now = std::chrono::steady_clock::now();
+  const double burst = std::max(1.0, opt_.rate_limit_per_min / 6.0);  // ten seconds' worth
+  std::lock_guard<std::mutex> lock(rate_mu_);
+  if (buckets_.size() > 100000) buckets_.clear();  // bounded memory under address churn
+  auto [it, fresh] = buckets_.try_emplace(client, Bucket{burst, now});
+  Bucket& b = it->second;
+  if (!fresh) {
+    const double dt = std::chrono::duration<double>(now - b.last).count();
+    b.tokens = std::min(burst, b.tokens + dt * opt_.rate_limit_per_min / 60.0);
+    b.last = now;
+  }
+  if (b.tokens < 1.0) return false;
+  b.tokens -= 1.0;
+  return true;
+}
+
+void HttpServer::run() {
+  while (!stopping_) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    char host[INET6_ADDRSTRLEN] = "";
+    if (ss.ss_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof host);
+    else if (ss.ss_family == AF_INET6)
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, host, sizeof host);
+    if (connections_.load() >= opt_.max_connections) {
+      const std::string body = error_json("too many connections", "server_error");
+      const std::string busy = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                               "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+      [[maybe_unused]] ssize_t n = ::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+      ::close(fd);
+      continue;
+    }
+    ++connections_;
+    std::thread([this, fd, peer = std::string(host)] {
+      try {
+        serve_connection(fd, peer);
+      } catch (...) {
+      }
+      --connections_;
+    }).detach();
+  }
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(opt_.drain_timeout_s);
+  while (connections_.load() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+void HttpServer::serve_connection(int fd, std::string peer) {
+  set_timeout(fd, SO_RCVTIMEO, opt_.read_timeout_s);
+  set_timeout(fd, SO_SNDTIMEO, opt_.read_timeout_s);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  net::io_context ioc;
+  tcp::socket sock(ioc);
+  beast::error_code ec;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  sock.assign(ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    return;
+  }
+  beast::flat_buffer buf;
+  while (!stopping_) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(opt_.max_body_bytes);
+    parser.header_limit(64 * 1024);
+    http::read(sock, buf, parser, ec);
+    if (ec == http::error::end_of_stream || ec == net::error::eof) break;
+    const unsigned version = parser.get().version() ? parser.get().version() : 11;
+    if (ec) {
+      if (ec == http::error::body_limit) {
+        SocketResponder r(sock, version, false, {});
+        r.send(413, "application/json",
+               error_json("the request body is larger than " + std::to_string(opt_.max_body_bytes) + " bytes",
+                          "invalid_request_error", "", "body_too_large"));
+      } else if (ec != net::error::would_block && ec != net::error::try_again && ec != net::error::timed_out &&
+                 ec != net::error::connection_reset) {
+        SocketResponder r(sock, version, false, {});
+        r.send(400, "application/json", error_json("malformed HTTP request: " + ec.message(), "invalid_request_error"));
+      }
+      break;
+    }
+    const auto& msg = parser.get();
+    Request req;
+    req.method = std::string(msg.method_string());
+    const std::string target(msg.target());
+    const size_t q = target.find('?');
+    req.path = target.substr(0, q);
+    if (q != std::string::npos) req.query = target.substr(q + 1);
+    for (const auto& f : msg) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      req.headers[name] = std::string(f.value());
+    }
+    req.body = msg.body();
+    req.client = peer;
+    if (opt_.trust_proxy) {
+      std::string xff = req.header("x-forwarded-for");
+      if (!xff.empty()) {
+        xff = xff.substr(0, xff.find(','));
+        xff.erase(0, xff.find_first_not_of(" \t"));
+        xff.erase(xff.find_last_not_of(" \t") + 1);
+        if (!xff.empty()) req.client = xff;
+      }
+    }
+    std::map<std::string, std::string> common;
+    if (!opt_.cors_origins.empty()) {
+      const std::string origin = req.header("origin");
+      const bool any = std::find(opt_.cors_origins.begin(), opt_.cors_origins.end(), "*") != opt_.cors_origins.end();
+      if (any || std::find(opt_.cors_origins.begin(), opt_.cors_origins.end(), origin) != opt_.cors_origins.end()) {
+        common["Access-Control-Allow-Origin"] = any ? "*" : origin;
+        common["Access-Control-Allow-Headers"] = "Authorization, Content-Type, X-Api-Key, X-Session-Id";
+        common["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS";
+        if (!any) common["Vary"] = "Origin";
+      }
+    }
+    const bool keep_alive = msg.keep_alive() && !stopping_;
+    SocketResponder r(sock, version, keep_alive, common);
+    if (req.method == "OPTIONS") {
+      r.send(common.empty() ? 403 : 204, "text/plain", "");
+    } else if (!opt_.api_key.empty() && req.path != "/health") {
+      std::string offered = req.header("authorization");
+      if (offered.rfind("Bearer ", 0) == 0) offered = offered.substr(7);
+      else offered = req.header("x-api-key");
+      if (offered.empty() || !key_matches(offered, opt_.api_key)) {
+        r.send(401, "application/json",
+               error_json(offered.empty() ? "this server wants an API key (Authorization: Bearer KEY)"
+                                          : "the API key is not valid",
+                          reason_type(401), "", "invalid_api_key"),
+               {{"WWW-Authenticate", "Bearer"}});
+      }
+    }
+    if (!r.sent() && req.method != "OPTIONS" && req.path != "/health" && !rate_ok(req.client)) {
+      r.send(429, "application/json",
+             error_json("rate limit: more than " + std::to_string(static_cast<int>(opt_.rate_limit_per_min)) +
+                            " requests per minute from " + req.client,
+                        reason_type(429), "", "rate_limit_exceeded"),
+             {{"Retry-After", "1"}});
+    }
+    if (!r.sent()) {
+      try {
+        handler_(req, r);
+      } catch (const std::exception& e) {
+        if (!r.sent()) r.send(500, "application/json", error_json(e.what(), "server_error"));
+      }
+      if (r.streaming()) r.end_stream();
+      if (!r.sent()) r.send(500, "application/json", error_json("the route gave no answer", "server_error"));
+    }
+    if (r.gone() || !keep_alive) break;
+  }
+  sock.shutdown(tcp::socket::shutdown_both, ec);
+  sock.close(ec);
+}
+
+}  // namespace larql::server

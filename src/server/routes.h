@@ -1,0 +1,45 @@
+// The routes of `larql serve` (docs/server.md): OpenAI-compatible completions and chat (buffered
+// and streamed), models, health and Prometheus metrics. Request fields are validated here; a field
+// larql does not implement is refused with a 400 naming it, never silently ignored.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "inference/forward.h"
+#include "kv/registry.h"
+#include "server/http.h"
+#include "server/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace larql::server {
+
+struct ApiOptions {
+  std::string model_id;            ///< what /v1/models lists and responses name
+  EngineSpec default_engine;       ///< when a request names none
+  int64_t max_prompt_tokens = 0;   ///< 0: the scheduler's context less one
+  int64_t max_tokens_limit = 0;    ///< the largest max_tokens accepted (0: the context)
+  int request_timeout_s = 600;     ///< a request's generation ends (finish_reason "timeout") after this
+};
+
+class Api {
+ public:
+  Api(std::shared_ptr<Forward> runner, Tokenizer tok, Scheduler& sched, const HttpServer* http, ApiOptions opt);
+  void operator()(const Request& req, Responder& r);
+
+ private:
+  void completions(const Request& req, Responder& r, bool chat);
+  void metrics(Responder& r);
+
+  std::shared_ptr<Forward> runner_;
+  Tokenizer tok_;
+  Scheduler& sched_;
+  const HttpServer* http_;
+  ApiOptions opt_;
+  std::chrono::system_clock::time_point started_;
+  std::atomic<uint64_t> requests_{0}, errors_{0};
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace larql::server
