@@ -5,7 +5,10 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
 
+#include "compute/ops.h"
+#include "inference/kv_cache.h"
 #include "kv/generate.h"
 #include "util/error.h"
 
@@ -167,6 +170,9 @@ void Api::operator()(const Request& req, Responder& r) {
       const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(started_.time_since_epoch()).count();
       json m = {{"id", opt_.model_id}, {"object", "model"}, {"created", created}, {"owned_by", "larql"}};
       r.send(200, "application/json", dump(json{{"object", "list"}, {"data", json::array({m})}}));
+    } else if (req.path == "/v1/embeddings") {
+      if (req.method != "POST") bad("", "use POST for /v1/embeddings", 405);
+      embeddings(req, r);
     } else if (req.path == "/v1/completions" || req.path == "/v1/chat/completions") {
       if (req.method != "POST") bad("", "use POST for " + req.path, 405);
       completions(req, r, req.path == "/v1/chat/completions");
@@ -322,6 +328,13 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
                          " requests are already waiting; retry later",
                      "", "queue_full"};
 
+  const auto t_start = std::chrono::steady_clock::now();
+  bool first_token = true;
+  struct Timer {
+    Histogram& h;
+    std::chrono::steady_clock::time_point t0;
+    ~Timer() { h.add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); }
+  } whole{duration_, t_start};
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
   const int64_t created = unix_now();
   const std::string object = chat ? "chat.completion" : "text_completion";
@@ -354,6 +367,10 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
         return;
       }
       Choice& c = choices[static_cast<size_t>(e.choice)];
+      if (first_token && e.token) {
+        ttft_.add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
+        first_token = false;
+      }
       if (e.kind == Event::Kind::Done) {
         c.finish_reason = finish_name(e.finish_reason);
         c.completion_tokens = e.completion_tokens;
@@ -428,6 +445,104 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
   r.send(200, "application/json", dump(out));
 }
 
+void Api::Histogram::add(double seconds) {
+  size_t i = 0;
+  while (i < std::size(kBounds) && seconds > kBounds[i]) ++i;
+  ++counts[i];
+  ++total;
+  sum_us += static_cast<uint64_t>(std::max(0.0, seconds) * 1e6);
+}
+
+void Api::embeddings(const Request& req, Responder& r) {
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    bad("", std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!body.is_object() || !body.contains("input")) bad("input", "'input' is required");
+  if (body.contains("dimensions") && !body["dimensions"].is_null())
+    bad("dimensions", "'dimensions' is not supported: embeddings have the model's hidden size");
+  const std::string format = body.value("encoding_format", "float");
+  if (format != "float" && format != "base64")
+    bad("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+  // Inputs: a string, a list of strings, a list of token ids, or a list of lists of ids.
+  std::vector<std::vector<int32_t>> inputs;
+  const json& in = body["input"];
+  const int64_t vocab = runner_->config().vocab;
+  auto ids_of = [&](const json& list) {
+    std::vector<int32_t> ids;
+    for (const auto& t : list) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+        bad("input", "token ids in 'input' must be integers in [0, " + std::to_string(vocab) + ")");
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return ids;
+  };
+  if (in.is_string()) {
+    inputs.push_back(encode_prompt(tok_, in.get<std::string>(), true, nullptr));
+  } else if (in.is_array() && !in.empty() && in[0].is_string()) {
+    for (const auto& s : in) {
+      if (!s.is_string()) bad("input", "'input' lists must hold only strings, or only token ids");
+      inputs.push_back(encode_prompt(tok_, s.get<std::string>(), true, nullptr));
+    }
+  } else if (in.is_array() && !in.empty() && in[0].is_number_integer()) {
+    inputs.push_back(ids_of(in));
+  } else if (in.is_array() && !in.empty() && in[0].is_array()) {
+    for (const auto& l : in) inputs.push_back(ids_of(l));
+  } else {
+    bad("input", "'input' must be a string, a list of strings, a list of token ids or a list of such lists");
+  }
+  if (inputs.size() > 256) bad("input", "at most 256 inputs per request");
+  const int64_t ctx = sched_.options().context;
+  const int64_t H = runner_->config().hidden;
+  json data = json::array();
+  int64_t tokens = 0;
+  // Each input through the forward pass on its own Forward (the runner belongs to the scheduler;
+  // dispatch to the shared pool is serialised, so this interleaves with the decode steps).
+  Forward f(runner_->model_ptr(), runner_->pool_ptr());
+  const auto& w = runner_->model().weights();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& ids = inputs[i];
+    if (ids.empty()) bad("input", "input " + std::to_string(i) + " has no tokens");
+    if (static_cast<int64_t>(ids.size()) > ctx)
+      throw BadRequest{400, "input " + std::to_string(i) + " is " + std::to_string(ids.size()) +
+                                " tokens, more than the context of " + std::to_string(ctx),
+                       "input", "context_length_exceeded"};
+    KvCache cache(runner_->config(), 0, false);
+    std::vector<float> x(ids.size() * static_cast<size_t>(H));
+    f.forward(ids.data(), static_cast<int64_t>(ids.size()), cache, x.data());
+    // Mean over positions of the final-normed residual, L2-normalised.
+    std::vector<double> mean(static_cast<size_t>(H), 0.0);
+    std::vector<float> y(static_cast<size_t>(H));
+    for (size_t t = 0; t < ids.size(); ++t) {
+      compute::rmsnorm(x.data() + t * static_cast<size_t>(H), w.output_norm.data(), y.data(), H,
+                       runner_->config().norm_eps);
+      for (int64_t j = 0; j < H; ++j) mean[static_cast<size_t>(j)] += y[static_cast<size_t>(j)];
+    }
+    double norm = 0;
+    for (double v : mean) norm += v * v;
+    norm = std::sqrt(norm);
+    std::vector<float> e(static_cast<size_t>(H));
+    for (int64_t j = 0; j < H; ++j) e[static_cast<size_t>(j)] = static_cast<float>(norm > 0 ? mean[static_cast<size_t>(j)] / norm : 0.0);
+    json value;
+    if (format == "base64") {  // OpenAI's: base64 of the little-endian float32 array
+      std::string b64(4 * ((e.size() * 4 + 2) / 3) + 1, '\0');
+      const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
+                                    reinterpret_cast<const unsigned char*>(e.data()), static_cast<int>(e.size() * 4));
+      b64.resize(static_cast<size_t>(n));
+      value = b64;
+    } else {
+      value = e;
+    }
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", value}});
+    tokens += static_cast<int64_t>(ids.size());
+  }
+  r.send(200, "application/json",
+         dump(json{{"object", "list"}, {"data", data}, {"model", opt_.model_id},
+                   {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}));
+}
+
 void Api::metrics(Responder& r) {
   const SchedulerStats& s = sched_.stats();
   std::ostringstream o;
@@ -452,6 +567,19 @@ void Api::metrics(Responder& r) {
   gauge("larql_last_batch_size", "rows in the last decode step", s.last_batch.load());
   gauge("larql_slots", "sequences the batch holds at most", sched_.options().max_batch);
   if (http_) gauge("larql_http_connections", "open HTTP connections", http_->connections());
+  auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+    uint64_t cum = 0;
+    for (size_t i = 0; i < std::size(Histogram::kBounds); ++i) {
+      cum += h.counts[i].load();
+      o << name << "_bucket{le=\"" << Histogram::kBounds[i] << "\"} " << cum << "\n";
+    }
+    cum += h.counts[std::size(Histogram::kBounds)].load();
+    o << name << "_bucket{le=\"+Inf\"} " << cum << "\n";
+    o << name << "_sum " << static_cast<double>(h.sum_us.load()) / 1e6 << "\n" << name << "_count " << h.total.load() << "\n";
+  };
+  histogram("larql_time_to_first_token_seconds", "from request to its first token", ttft_);
+  histogram("larql_request_duration_seconds", "completion and chat requests, whole", duration_);
   r.send(200, "text/plain; version=0.0.4", o.str());
 }
 

@@ -3,7 +3,9 @@
 // larql does not implement is refused with a 400 naming it, never silently ignored.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -30,6 +32,7 @@ class Api {
 
  private:
   void completions(const Request& req, Responder& r, bool chat);
+  void embeddings(const Request& req, Responder& r);
   void metrics(Responder& r);
 
   std::shared_ptr<Forward> runner_;
@@ -40,6 +43,15 @@ class Api {
   std::chrono::system_clock::time_point started_;
   std::atomic<uint64_t> requests_{0}, errors_{0};
   std::atomic<uint64_t> next_id_{1};
+  /// Latency histograms for /metrics: time to first token and whole-request time (seconds).
+  struct Histogram {
+    static constexpr double kBounds[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    std::atomic<uint64_t> counts[std::size(kBounds) + 1] = {};
+    std::atomic<uint64_t> total{0};
+    std::atomic<uint64_t> sum_us{0};
+    void add(double seconds);
+  };
+  Histogram ttft_, duration_;
 };
 
 }  // namespace larql::server

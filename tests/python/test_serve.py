@@ -294,3 +294,32 @@ def test_curl(server, tmp_path):
     out = subprocess.run(["curl", "-sS", "-w", "%{http_code}", server.url + "/v1/completions", "-d", "{}"],
                          capture_output=True, text=True, timeout=60).stdout
     assert out.endswith("400") and json.loads(out[:-3])["error"]["param"] == "prompt"
+
+
+def test_embeddings_match_llama_cpp(server, llama_cpp_mod, model_path):
+    """Mean-pooled final-normed hidden states, L2-normalised — llama.cpp's mean pooling."""
+    texts = ["The capital of France is Paris.", "Bananas are yellow"]
+    r = server.client().embeddings.create(model="x", input=texts)
+    assert [d.index for d in r.data] == [0, 1]
+    llm = llama_cpp_mod.Llama(model_path=str(model_path), embedding=True, pooling_type=1, n_ctx=128,
+                              n_threads=peer.THREADS, verbose=False)
+    for d, t in zip(r.data, texts):
+        want = np.array(llm.embed(t, normalize=True), dtype=np.float64)
+        got = np.array(d.embedding, dtype=np.float64)
+        assert got.shape == want.shape
+        assert abs(np.linalg.norm(got) - 1) < 1e-6
+        assert float(got @ want) > 0.995, float(got @ want)
+    assert r.usage.prompt_tokens > 10
+    f = server.client().embeddings.create(model="x", input=texts[0], encoding_format="float")
+    assert np.allclose(f.data[0].embedding, r.data[0].embedding, atol=1e-6)  # float and base64 agree
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client().embeddings.create(model="x", input=[])
+    assert e.value.body["param"] == "input"
+
+
+def test_metrics_histograms(server):
+    server.client().completions.create(model="x", prompt=PROMPT, max_tokens=2, temperature=0)
+    m = server.metrics()
+    assert m['larql_time_to_first_token_seconds_bucket{le="+Inf"}'] >= 1
+    assert m["larql_request_duration_seconds_count"] >= 1
+    assert m["larql_request_duration_seconds_sum"] > 0
