@@ -36,6 +36,7 @@ struct ServeArgs {
   int drain_s = 10;
   int max_connections = 256;
   std::string alias;
+  std::string tls_cert, tls_key;
 };
 
 std::string trim_line(std::string s) {
@@ -87,6 +88,8 @@ void serve(ServeArgs& a) {
   ho.trust_proxy = a.trust_proxy;
   ho.max_connections = a.max_connections;
   ho.drain_timeout_s = a.drain_s;
+  ho.tls_cert = a.tls_cert;
+  ho.tls_key = a.tls_key;
   server::ApiOptions ao;
   // The id clients see: --alias, else the file's or directory's name without its extension
   // (llama.cpp's server names the model by its path too).
@@ -119,7 +122,7 @@ void serve(ServeArgs& a) {
     std::fprintf(stderr, "warning: listening on %s without --api-key: anyone who can reach it can use it\n",
                  a.host.c_str());
   const std::string shown_host = a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host;
-  std::printf("listening on http://%s:%d\n", shown_host.c_str(), http->port());
+  std::printf("listening on %s://%s:%d\n", http->tls() ? "https" : "http", shown_host.c_str(), http->port());
   std::fflush(stdout);
   http->run();  // returns after stop() and the drain
   sched.stop(/*cancel_running=*/true);
@@ -154,6 +157,8 @@ void register_serve(CLI::App& app) {
   add_int_flag(cmd, "--timeout", a->timeout_s, 1, 86400, "seconds a request may generate (default 600)");
   add_int_flag(cmd, "--drain", a->drain_s, 0, 3600, "seconds SIGTERM waits for in-flight requests (default 10)");
   add_int_flag(cmd, "--max-connections", a->max_connections, 1, 100000, "open connections at most (default 256)");
+  cmd->add_option("--tls-cert", a->tls_cert, "serve HTTPS with this PEM certificate (chain); needs --tls-key");
+  cmd->add_option("--tls-key", a->tls_key, "the PEM private key of --tls-cert");
   cmd->add_option("--alias", a->alias, "the model id clients see (default: the model's name)");
   cmd->callback([a] { serve(*a); });
 }

@@ -15,6 +15,8 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -27,6 +29,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+namespace ssl = net::ssl;
 
 std::string Request::header(const std::string& lower_name) const {
   auto it = headers.find(lower_name);
@@ -61,10 +64,13 @@ const char* reason_type(int status) {
   }
 }
 
+/// A Responder over a plain TCP socket or a TLS stream (Stream: tcp::socket or
+/// ssl::stream<tcp::socket>); `fd` is the underlying socket, polled for the peer's close.
+template <class Stream>
 class SocketResponder : public Responder {
  public:
-  SocketResponder(tcp::socket& sock, unsigned version, bool keep_alive, std::map<std::string, std::string> common)
-      : sock_(sock), version_(version), keep_alive_(keep_alive), common_(std::move(common)) {}
+  SocketResponder(Stream& sock, int fd, unsigned version, bool keep_alive, std::map<std::string, std::string> common)
+      : sock_(sock), fd_(fd), version_(version), keep_alive_(keep_alive), common_(std::move(common)) {}
 
   void send(int status, const std::string& content_type, const std::string& body,
             const std::map<std::string, std::string>& extra = {}) override {
@@ -119,7 +125,7 @@ class SocketResponder : public Responder {
 
   bool wait(int notify_fd, std::chrono::milliseconds timeout) override {
     if (gone_) return false;
-    pollfd fds[2] = {{sock_.native_handle(), static_cast<short>(POLLRDHUP | (peer_sent_data_ ? 0 : POLLIN)), 0},
+    pollfd fds[2] = {{fd_, static_cast<short>(POLLRDHUP | (peer_sent_data_ ? 0 : POLLIN)), 0},
                      {notify_fd, POLLIN, 0}};
     const int r = ::poll(fds, 2, static_cast<int>(timeout.count()));
     if (r <= 0) return true;
@@ -129,7 +135,7 @@ class SocketResponder : public Responder {
     }
     if (fds[0].revents & POLLIN) {
       char c;
-      const ssize_t n = ::recv(sock_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         gone_ = true;
         return false;
@@ -144,7 +150,8 @@ class SocketResponder : public Responder {
   bool streaming() const { return streaming_; }
 
  private:
-  tcp::socket& sock_;
+  Stream& sock_;
+  int fd_;
   unsigned version_;
   bool keep_alive_;
   std::map<std::string, std::string> common_;
@@ -162,6 +169,18 @@ void set_timeout(int fd, int option, int seconds) {
 HttpServer::HttpServer(HttpOptions opt, Handler handler) : opt_(std::move(opt)), handler_(std::move(handler)) {
   if (opt_.port < 0 || opt_.port > 65535)
     throw Error(ErrorKind::InvalidArgument, "port " + std::to_string(opt_.port) + " is outside 0-65535");
+  if (opt_.tls_cert.empty() != opt_.tls_key.empty())
+    throw Error(ErrorKind::InvalidArgument, "TLS needs both a certificate and a key (--tls-cert and --tls-key)");
+  if (!opt_.tls_cert.empty()) {
+    tls_ = std::make_shared<ssl::context>(ssl::context::tls_server);
+    tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                      ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+    beast::error_code ec;
+    tls_->use_certificate_chain_file(opt_.tls_cert, ec);
+    if (ec) throw Error(ErrorKind::InvalidArgument, "cannot use the TLS certificate " + opt_.tls_cert + ": " + ec.message());
+    tls_->use_private_key_file(opt_.tls_key, ssl::context::pem, ec);
+    if (ec) throw Error(ErrorKind::InvalidArgument, "cannot use the TLS key " + opt_.tls_key + ": " + ec.message());
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -268,6 +287,22 @@ void HttpServer::serve_connection(int fd, std::string peer) {
     ::close(fd);
     return;
   }
+  if (tls_) {
+    ssl::stream<tcp::socket> stream(std::move(sock), *tls_);
+    stream.handshake(ssl::stream_base::server, ec);  // bounded by SO_RCVTIMEO
+    if (!ec) serve_stream(stream, fd, peer);
+    stream.shutdown(ec);
+    stream.next_layer().close(ec);
+  } else {
+    serve_stream(sock, fd, peer);
+    sock.shutdown(tcp::socket::shutdown_both, ec);
+    sock.close(ec);
+  }
+}
+
+template <class Stream>
+void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
+  beast::error_code ec;
   beast::flat_buffer buf;
   while (!stopping_) {
     http::request_parser<http::string_body> parser;
@@ -278,13 +313,13 @@ void HttpServer::serve_connection(int fd, std::string peer) {
     const unsigned version = parser.get().version() ? parser.get().version() : 11;
     if (ec) {
       if (ec == http::error::body_limit) {
-        SocketResponder r(sock, version, false, {});
+        SocketResponder<Stream> r(sock, fd, version, false, {});
         r.send(413, "application/json",
                error_json("the request body is larger than " + std::to_string(opt_.max_body_bytes) + " bytes",
                           "invalid_request_error", "", "body_too_large"));
       } else if (ec != net::error::would_block && ec != net::error::try_again && ec != net::error::timed_out &&
                  ec != net::error::connection_reset) {
-        SocketResponder r(sock, version, false, {});
+        SocketResponder<Stream> r(sock, fd, version, false, {});
         r.send(400, "application/json", error_json("malformed HTTP request: " + ec.message(), "invalid_request_error"));
       }
       break;
@@ -324,7 +359,7 @@ void HttpServer::serve_connection(int fd, std::string peer) {
       }
     }
     const bool keep_alive = msg.keep_alive() && !stopping_;
-    SocketResponder r(sock, version, keep_alive, common);
+    SocketResponder<Stream> r(sock, fd, version, keep_alive, common);
     if (req.method == "OPTIONS") {
       r.send(common.empty() ? 403 : 204, "text/plain", "");
     } else if (!opt_.api_key.empty() && req.path != "/health") {
@@ -357,8 +392,6 @@ void HttpServer::serve_connection(int fd, std::string peer) {
     }
     if (r.gone() || !keep_alive) break;
   }
-  sock.shutdown(tcp::socket::shutdown_both, ec);
-  sock.close(ec);
 }
 
 }  // namespace larql::server

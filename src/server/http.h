@@ -12,7 +12,12 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <memory>
 #include <vector>
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace larql::server {
 
@@ -28,6 +33,7 @@ struct HttpOptions {
   int max_connections = 256;           ///< more are answered 503 and closed
   int read_timeout_s = 30;             ///< a request's headers and body must arrive within this
   int drain_timeout_s = 10;            ///< SIGTERM: how long in-flight requests may finish
+  std::string tls_cert, tls_key;       ///< PEM files; both set: HTTPS only (TLS 1.2+)
 };
 
 /// One request as the routes see it.
@@ -74,15 +80,19 @@ class HttpServer {
   /// Stop accepting (safe from any thread).
   void stop() { stopping_ = true; }
   bool stopping() const { return stopping_.load(); }
+  bool tls() const { return tls_ != nullptr; }
   /// Connections open now.
   int64_t connections() const { return connections_.load(); }
 
  private:
   void serve_connection(int fd, std::string peer);
+  template <class Stream>
+  void serve_stream(Stream& s, int fd, const std::string& peer);
   bool rate_ok(const std::string& client);
 
   HttpOptions opt_;
   Handler handler_;
+  std::shared_ptr<boost::asio::ssl::context> tls_;  ///< set when serving HTTPS
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -36,7 +37,7 @@ class Server:
             [str(larql_bin), "serve", str(model), "--port", "0", "-t", str(peer.THREADS), *flags],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
-        m = re.match(r"listening on (http://\S+)", line)
+        m = re.match(r"listening on (https?://\S+)", line)
         if not m:
             self.proc.kill()
             raise RuntimeError(f"larql serve did not start: {line!r} {self.proc.stderr.read()}")
@@ -323,3 +324,29 @@ def test_metrics_histograms(server):
     assert m['larql_time_to_first_token_seconds_bucket{le="+Inf"}'] >= 1
     assert m["larql_request_duration_seconds_count"] >= 1
     assert m["larql_request_duration_seconds_sum"] > 0
+
+
+def test_tls(larql_bin, model_path, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    s = Server(larql_bin, model_path, "--tls-cert", str(cert), "--tls-key", str(key), "--api-key", "k")
+    try:
+        assert s.url.startswith("https://")
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="k", max_retries=0, timeout=60,
+                          http_client=openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=str(cert))))
+        out = "".join(ch.choices[0].text for ch in c.completions.create(
+            model="x", prompt=PROMPT, max_tokens=6, temperature=0, stream=True) if ch.choices)
+        assert len(out) > 0
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0, timeout=60,
+                          http_client=openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=str(cert)))).models.list()
+        # Plain HTTP to the TLS port gets no answer a client could take for one.
+        with pytest.raises(Exception):
+            urllib.request.urlopen(s.url.replace("https", "http") + "/health", timeout=10)
+    finally:
+        assert s.stop() == 0
+    bad = subprocess.run([str(larql_bin), "serve", str(model_path), "--port", "0", "--tls-cert", str(cert)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--tls-key" in bad.stderr
