@@ -203,15 +203,18 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
     bad("logit_bias", "'logit_bias' is not supported by this server");
   if (bool_field(body, "echo", false)) bad("echo", "'echo' is not supported by this server");
   if (int_field(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");
+  bool json_object = false;
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     const json& rf = body["response_format"];
-    const std::string type = rf.is_object() ? rf.value("type", "") : "";
-    if (type != "text")
-      bad("response_format", "response_format type '" + type + "' is not supported yet (only \"text\")");
+    const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
+    if (type == "json_object") json_object = true;
+    else if (type != "text")
+      bad("response_format", "response_format type '" + type + "' is not supported (text, json_object)");
   }
   if (body.contains("model") && !body["model"].is_string()) bad("model", "'model' must be a string");
 
   GenParams p;
+  p.json_object = json_object;
   // The prompt.
   std::vector<std::string> notes;
   if (chat) {

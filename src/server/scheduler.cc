@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "compute/logits.h"
@@ -81,6 +82,7 @@ struct Scheduler::Seq {
   StopTextStream text;
   std::vector<int32_t> history;        ///< prompt + generated (the repetition penalty's window)
   std::unordered_map<int32_t, int> counts;  ///< generated tokens (OpenAI's penalties)
+  std::optional<JsonState> json;       ///< the JSON automaton, for json_object requests
   std::vector<float> logits;           ///< [vocab]: the next token's
   size_t prompt_done = 0;              ///< prompt tokens read so far
   int64_t generated = 0;
@@ -144,6 +146,10 @@ void Scheduler::admit(const std::shared_ptr<Job>& job, std::vector<std::unique_p
       s->engine = make_engine(p.engine, s->fwd);
       s->standard = dynamic_cast<StandardEngine*>(s->engine.get());
       s->history = p.prompt;
+      if (p.json_object) {
+        if (!json_vocab_) json_vocab_ = std::make_shared<JsonVocab>(tok_);
+        s->json = JsonState{};
+      }
       seqs.push_back(std::move(s));
     }
   } catch (const Error& e) {
@@ -191,8 +197,14 @@ bool Scheduler::sample_and_emit(Seq& s) {
   if (p.frequency_penalty != 0 || p.presence_penalty != 0)
     for (const auto& [id, n] : s.counts)
       s.logits[static_cast<size_t>(id)] -= p.frequency_penalty * static_cast<float>(n) + p.presence_penalty;
+  if (s.json) {
+    json_vocab_->mask(*s.json, eog_, allowed_);
+    for (int64_t i = 0; i < vocab; ++i)
+      if (!allowed_[static_cast<size_t>(i)]) s.logits[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+  }
   const int32_t tok = s.sampler.sample(s.logits.data(), vocab, s.history);
   if (std::find(eog_.begin(), eog_.end(), tok) != eog_.end()) return done("stop");
+  if (s.json && !json_vocab_->advance(*s.json, tok)) return done("stop");  // cannot happen: masked
   ++s.generated;
   ++s.counts[tok];
   s.history.push_back(tok);

@@ -21,6 +21,7 @@
 #include "inference/forward.h"
 #include "inference/sampler.h"
 #include "kv/registry.h"
+#include "server/json_constraint.h"
 #include "tokenizer/tokenizer.h"
 
 namespace larql::server {
@@ -36,6 +37,7 @@ struct GenParams {
   float presence_penalty = 0;           ///< OpenAI: logit -= p * [token in the generated text]
   int n = 1;                            ///< choices (independent sequences)
   EngineSpec engine;                    ///< the request's KV engine
+  bool json_object = false;             ///< constrain the output to one JSON object (json_constraint.h)
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
@@ -136,6 +138,8 @@ class Scheduler {
   const Tokenizer& tok_;
   SchedulerOptions opt_;
   std::vector<int32_t> eog_;
+  std::shared_ptr<const JsonVocab> json_vocab_;  ///< built on the first json_object request
+  std::vector<uint8_t> allowed_;                 ///< scratch for the JSON mask
   SchedulerStats stats_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -350,3 +350,25 @@ def test_tls(larql_bin, model_path, tmp_path):
     bad = subprocess.run([str(larql_bin), "serve", str(model_path), "--port", "0", "--tls-cert", str(cert)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--tls-key" in bad.stderr
+
+
+def test_json_object_output_parses(server):
+    c = server.client()
+    finished = 0
+    for seed in range(4):
+        r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": "Describe a cat as JSON."}],
+                                      max_tokens=120, seed=seed, response_format={"type": "json_object"})
+        text = r.choices[0].message.content
+        assert text.startswith("{")
+        if r.choices[0].finish_reason == "stop":
+            assert isinstance(json.loads(text), dict), text
+            finished += 1
+    assert finished >= 2
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+        model="x", messages=[{"role": "user", "content": "A JSON object please."}], max_tokens=120, temperature=0,
+        response_format={"type": "json_object"}, stream=True) if ch.choices)
+    assert streamed.startswith("{")
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], max_tokens=4,
+                                  response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": {}}})
+    assert e.value.body["param"] == "response_format"
