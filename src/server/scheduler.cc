@@ -35,6 +35,15 @@ int http_status_of(ErrorKind k) {
   }
 }
 
+Event error_event(const Error& e) {
+  Event ev;
+  ev.kind = Event::Kind::Error;
+  ev.http_status = http_status_of(e.kind());
+  ev.error = e.what();
+  ev.error_type = ev.http_status < 500 ? "invalid_request_error" : "server_error";
+  return ev;
+}
+
 }  // namespace
 
 Job::Job(GenParams p) : params_(std::move(p)) {
@@ -153,12 +162,7 @@ void Scheduler::admit(const std::shared_ptr<Job>& job, std::vector<std::unique_p
       seqs.push_back(std::move(s));
     }
   } catch (const Error& e) {
-    Event ev;
-    ev.kind = Event::Kind::Error;
-    ev.http_status = http_status_of(e.kind());
-    ev.error = e.what();
-    ev.error_type = ev.http_status < 500 ? "invalid_request_error" : "server_error";
-    job->push(std::move(ev));
+    job->push(error_event(e));
     ++stats_.jobs_failed;
     return;
   }
@@ -230,6 +234,16 @@ bool Scheduler::sample_and_emit(Seq& s) {
   return true;
 }
 
+// A job whose sequence failed reports the error once; all its sequences leave the batch.
+void Scheduler::fail(std::vector<std::unique_ptr<Seq>>& active, Job& job, const Error& e) {
+  if (!job.finished()) {
+    job.push(error_event(e));
+    ++stats_.jobs_failed;
+  }
+  for (auto& s : active)
+    if (s->job.get() == &job) s->finished = true;
+}
+
 void Scheduler::step(std::vector<std::unique_ptr<Seq>>& active) {
   const int64_t V = runner_->config().vocab;
   const auto now = std::chrono::steady_clock::now();
@@ -276,14 +290,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& active) {
         ready.push_back(s.get());
       }
     } catch (const Error& e) {
-      Event ev;
-      ev.kind = Event::Kind::Error;
-      ev.http_status = http_status_of(e.kind());
-      ev.error = e.what();
-      ev.error_type = ev.http_status < 500 ? "invalid_request_error" : "server_error";
-      s->job->push(std::move(ev));
-      s->finished = true;
-      ++stats_.jobs_failed;
+      fail(active, *s->job, e);
     }
     break;
   }
@@ -305,16 +312,6 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& active) {
   }
   std::vector<Seq*> rows;
   std::vector<float> x;
-  auto fail = [&](Seq* s, const Error& e) {
-    Event ev;
-    ev.kind = Event::Kind::Error;
-    ev.http_status = http_status_of(e.kind());
-    ev.error = e.what();
-    ev.error_type = "server_error";
-    s->job->push(std::move(ev));
-    s->finished = true;
-    ++stats_.jobs_failed;
-  };
   if (!batch.empty()) {
     try {
       StandardEngine::decode_batch(*runner_, batch);
@@ -324,7 +321,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& active) {
         x.insert(x.end(), batch[i].hidden.begin(), batch[i].hidden.end());
       }
     } catch (const Error& e) {
-      for (Seq* s : batched) fail(s, e);
+      for (Seq* s : batched) fail(active, *s->job, e);
     }
   }
   for (Seq* s : single) {
@@ -333,7 +330,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& active) {
       rows.push_back(s);
       x.insert(x.end(), h.begin(), h.end());
     } catch (const Error& e) {
-      fail(s, e);
+      fail(active, *s->job, e);
     }
   }
   if (!rows.empty()) {

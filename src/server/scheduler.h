@@ -24,6 +24,10 @@
 #include "server/json_constraint.h"
 #include "tokenizer/tokenizer.h"
 
+namespace larql {
+class Error;
+}
+
 namespace larql::server {
 
 /// One request's generation settings (already validated by the HTTP layer).
@@ -133,6 +137,7 @@ class Scheduler {
   void admit(const std::shared_ptr<Job>& job, std::vector<std::unique_ptr<Seq>>& active);
   bool sample_and_emit(Seq& s);
   void step(std::vector<std::unique_ptr<Seq>>& active);
+  void fail(std::vector<std::unique_ptr<Seq>>& active, Job& job, const Error& e);
 
   std::shared_ptr<Forward> runner_;
   const Tokenizer& tok_;
