@@ -67,10 +67,10 @@ class LayeringTest(unittest.TestCase):
 
     def test_unknown_folder_fails(self):
         with Tree() as t:
-            (t.root / "src" / "server").mkdir()
+            (t.root / "src" / "webui").mkdir()
             rc, out = run(LAYERING, t.root)
             self.assertEqual(rc, 1, out)
-            self.assertIn("src/server/: folder not in the layering graph", out)
+            self.assertIn("src/webui/: folder not in the layering graph", out)
 
     def test_cmake_links_outside_the_graph_fail(self):
         with Tree() as t:
