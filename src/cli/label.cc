@@ -56,12 +56,14 @@ void register_label(CLI::App& app) {
   cmd->add_option("vindex", a->vindex, "a vindex with model weights (extract --level inference)")->required();
   cmd->add_option("--relations", a->relations,
                   "the relation set (JSON, data/relations.json's schema; default: the built-in data/relations.json)");
-  cmd->add_option("--top-k", a->top_k, "features that fire per layer and prompt (the largest positive gates)")
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--min-fraction", a->min_fraction, "a label needs its relation's prompts to fire the feature this often")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-margin", a->min_margin, "... and to beat every other relation's fraction by this much")
-      ->check(CLI::Range(0.0, 1.0));
+  add_int_flag(cmd, "--top-k", a->top_k, 1, 4096, "features that fire per layer and prompt (the largest positive gates),")
+      ->default_str("32");
+  add_float_flag(cmd, "--min-fraction", a->min_fraction, {0, 1},
+                 "a label needs its relation's prompts to fire the feature at least this often,")
+      ->default_str("0.5");
+  add_float_flag(cmd, "--min-margin", a->min_margin, {0, 1},
+                 "... and that fraction to beat every other relation's by this much,")
+      ->default_str("0.3");
   add_threads_flag(cmd, a->threads);
   cmd->callback([a] { run_label(*a); });
 }
