@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Fuzz the GGUF and safetensors readers, the vindex metadata readers and the engine state-file readers with libFuzzer (+ASan/UBSan).
+# Fuzz the GGUF and safetensors readers, the vindex metadata readers, the engine state-file readers and the LQL parser with libFuzzer (+ASan/UBSan).
 # Usage: scripts/fuzz.sh [BUILD_DIR=build-fuzz] [SECONDS=60]   (SECONDS per target)
 # Configures BUILD_DIR with clang (RelWithDebInfo, LARQL_FUZZ=ON, LARQL_BUILD_TESTS=OFF) if it is
 # not configured yet, builds the targets, seeds the git-ignored fuzz/corpus-work/ (the committed
-# GGUF seeds; one valid state file per engine, written by state_fuzz itself), and runs each for
+# GGUF seeds; one valid state file per engine, written by state_fuzz itself; one seed per statement
+# of docs/lql.md's ```lql blocks), and runs each for
 # SECONDS. Exits non-zero on a crash, leak, timeout or out-of-memory; the reproducer is saved
 # under fuzz/corpus-work/artifacts/.
 set -euo pipefail
@@ -26,22 +27,25 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     -DCMAKE_CXX_COMPILER="$CXX_BIN" \
     -DLARQL_FUZZ=ON -DLARQL_BUILD_TESTS=OFF
 fi
-cmake --build "$BUILD_DIR" --target gguf_fuzz safetensors_fuzz vindex_fuzz state_fuzz -j "$JOBS"
+cmake --build "$BUILD_DIR" --target gguf_fuzz safetensors_fuzz vindex_fuzz state_fuzz lql_fuzz -j "$JOBS"
 
 WORK="$ROOT/fuzz/corpus-work"
-mkdir -p "$WORK/gguf" "$WORK/safetensors" "$WORK/vindex" "$WORK/state" "$WORK/artifacts"
+mkdir -p "$WORK/gguf" "$WORK/safetensors" "$WORK/vindex" "$WORK/state" "$WORK/lql" "$WORK/artifacts"
 cp -n "$ROOT"/fuzz/corpus/gguf/* "$WORK/gguf/" 2>/dev/null || true
 cp -n "$ROOT"/fuzz/corpus/safetensors/* "$WORK/safetensors/" 2>/dev/null || true
 cp -n "$ROOT"/fuzz/corpus/vindex/* "$WORK/vindex/" 2>/dev/null || true
 "$BUILD_DIR/fuzz/state_fuzz" -write_seeds="$WORK/state" >/dev/null 2>&1  # one valid state per engine
+# LQL seeds: each line of docs/lql.md's ```lql blocks that holds a statement, one file each.
+awk -v dir="$WORK/lql" '/^```lql/{inb=1; next} /^```/{inb=0; next} inb && /[A-Za-z]/ {n++; print > (dir "/doc-" n ".lql"); close(dir "/doc-" n ".lql")}' "$ROOT/docs/lql.md"
 
-# run_target NAME CORPUS MAX_LEN: run one target for SECONDS_TO_RUN; exit 1 on a finding.
+# run_target NAME CORPUS MAX_LEN [TIMEOUT=10]: run one target for SECONDS_TO_RUN; exit 1 on a
+# finding (a crash, or one input running longer than TIMEOUT seconds).
 run_target() {
-  local name="$1" corpus="$2" max_len="$3" log="$WORK/$1.log" rc runs artifact
+  local name="$1" corpus="$2" max_len="$3" timeout="${4:-10}" log="$WORK/$1.log" rc runs artifact
   echo "fuzz: running $name for ${SECONDS_TO_RUN}s (corpus $corpus, log $log)"
   set +e
   "$BUILD_DIR/fuzz/$name" "$corpus" \
-    -max_total_time="$SECONDS_TO_RUN" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+    -max_total_time="$SECONDS_TO_RUN" -max_len="$max_len" -timeout="$timeout" -rss_limit_mb=2048 \
     -artifact_prefix="$WORK/artifacts/$name-" -print_final_stats=1 >"$log" 2>&1
   rc=$?
   set -e
@@ -59,3 +63,4 @@ run_target gguf_fuzz "$WORK/gguf" 65536
 run_target safetensors_fuzz "$WORK/safetensors" 16384
 run_target vindex_fuzz "$WORK/vindex" 16384
 run_target state_fuzz "$WORK/state" 262144
+run_target lql_fuzz "$WORK/lql" 4096 1

@@ -108,6 +108,7 @@ void register_serve(CLI::App& app);    // the HTTP server
 void register_extract(CLI::App& app);  // extract, convert gguf-to-vindex, verify
 void register_slice(CLI::App& app);
 void register_cache(CLI::App& app);    // list, link, rm
+void register_label(CLI::App& app);    // probe labels: feature_labels.json
 
 /// Write to stdout and flush. Error{Io} naming stdout and the OS reason (a closed pipe, a full
 /// disk), so streaming stops at the first failed write.

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <set>
@@ -38,7 +39,7 @@ std::set<std::string>& seen_strings() {
 struct LqlArgs {
   std::string vindex, file;
   std::vector<std::string> exprs;
-  bool json = false, keep_going = false;
+  bool json = false, keep_going = false, no_history = false;
   int threads = 0, width = 0;
 };
 
@@ -117,7 +118,8 @@ const char* kHelp =
     "  WALK \"prompt\" [TOP n] [LAYERS a-b];   EXPLAIN WALK | INFER \"prompt\" [TOP n] [LAYERS a-b] [band] [VERBOSE];\n"
     "  SELECT fields | * FROM EDGES | FEATURES | ENTITIES [NEAREST TO \"x\" AT LAYER n] [WHERE ...] [ORDER BY f [DESC]] [LIMIT n];\n"
     "  INFER \"prompt\" [TOP n];       TRACE \"prompt\" [FOR \"token\"] [LAYERS a-b] [POSITIONS ALL] [DECOMPOSE];\n"
-    "Not built yet (rejected with a message): INSERT, UPDATE, DELETE, patches, DIFF, COMPILE, SHOW RELATIONS / PATCHES.\n"
+    "  SHOW RELATIONS [AT LAYER n] [WITH EXAMPLES] [BRIEF | VERBOSE | RAW];  ... RELATIONS ONLY  (after `larql label`)\n"
+    "Not built yet (rejected with a message): INSERT, UPDATE, DELETE, patches, DIFF, COMPILE, SHOW PATCHES.\n"
     "\\help this text   \\q quit (or Ctrl-D).   The grammar: docs/lql.md.\n";
 
 bool g_complete_in_string = false;  // the word being completed is inside quotes: names only
@@ -168,8 +170,26 @@ char** complete(const char* text, int start, int) {
   return rl_completion_matches(text, keyword_generator);
 }
 
-int repl(Runner& r) {
+// The REPL's history file: $XDG_STATE_HOME/larql/lql_history (the directory made when missing),
+// else ~/.larql_history; empty (no history file) when neither is set or --no-history.
+std::string history_path(const LqlArgs& a) {
+  if (a.no_history) return "";
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) {
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::path(x) / "larql";
+    std::filesystem::create_directories(dir, ec);
+    return (dir / "lql_history").string();
+  }
+  if (const char* h = std::getenv("HOME"); h && *h) return (std::filesystem::path(h) / ".larql_history").string();
+  return "";
+}
+
+int repl(Runner& r, const LqlArgs& a) {
   rl_attempted_completion_function = complete;
+  using_history();
+  stifle_history(1000);
+  const std::string hist = history_path(a);
+  if (!hist.empty()) read_history(hist.c_str());  // a missing file is a first run, not an error
   // Ctrl-C stops the running statement (the session checks the flag before each layer) and, at
   // the prompt, drops the line being typed; it never leaves the REPL.
   struct sigaction sa {};
@@ -197,7 +217,12 @@ int repl(Runner& r) {
       std::printf("%s", kHelp);
       continue;
     }
-    if (!lql::is_blank(text)) add_history(text.c_str());
+    if (!lql::is_blank(text)) {
+      add_history(text.c_str());
+      // Written after each line, so a killed REPL keeps what was typed; a failed write (a
+      // read-only home) costs only the history.
+      if (!hist.empty()) write_history(hist.c_str());
+    }
     pending += text + "\n";
     std::string rest;
     const auto chunks = lql::split_statements(pending, &rest);
@@ -227,7 +252,7 @@ void run(const LqlArgs& a) {
     status = r.run_script(src);
   } else {
     std::printf("larql lql — \\help for help, Ctrl-D to quit\n");
-    status = repl(r);
+    status = repl(r, a);
   }
   std::fflush(stdout);
   if (status != 0) std::exit(status);
@@ -243,6 +268,9 @@ void register_lql(CLI::App& app) {
   s->add_option("-f,--file", a->file, "run the statements of FILE and exit");
   s->add_flag("--json", a->json, "print each result as one JSON document (docs/lql.md \"JSON output\")");
   s->add_flag("--keep-going", a->keep_going, "with -e / -f / stdin: run the statements after a failed one (exit 1 at the end)");
+  s->add_flag("--no-history", a->no_history,
+              "the REPL reads and writes no history file (default: $XDG_STATE_HOME/larql/lql_history, else "
+              "~/.larql_history)");
   s->add_option("--threads", a->threads, "compute threads (0: one per core)")->check(CLI::Range(0, 1024));
   s->add_option("--width", a->width, "text width of tables (default: the terminal's; unlimited on a pipe)")
       ->check(CLI::Range(20, 100000));

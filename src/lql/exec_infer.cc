@@ -131,14 +131,17 @@ Table exec_walk(Session& s, const WalkStmt& st, Pos pos) {
 
 Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
   const std::string what = st.infer ? "EXPLAIN INFER" : "EXPLAIN WALK";
-  if (st.relations_only) not_built(what + " ... RELATIONS ONLY", pos, "relation labels come with issue 11 part 4");
-  if (st.with_attention) not_built("EXPLAIN INFER ... WITH ATTENTION", pos);
+  if (st.relations_only) require_labels(s, what + " ... RELATIONS ONLY", pos);
+  if (st.with_attention)
+    not_built("EXPLAIN INFER ... WITH ATTENTION", pos,
+              "the forward pass reports each layer's residual rows, not its attention weights");
   const auto layers = pick_layers(s, st.layers, st.band, pos);
   const int k = static_cast<int>(st.top.value_or(st.verbose ? 10 : st.infer ? 3 : 5));
   if (!st.infer) {
     Table t;
     const auto qs = walk_queries(s, st.prompt, layers, what, t);
     Table h = hits_table(s, layers, qs, k);
+    if (st.relations_only) keep_labelled_rows(h);
     h.statement = "EXPLAIN";
     h.title = t.title;
     h.notes = t.notes;
@@ -148,6 +151,7 @@ Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
   std::vector<std::vector<float>> qs;
   for (int64_t l : layers) qs.push_back(run.rows[static_cast<size_t>(l)].ffn_in);
   Table h = hits_table(s, layers, qs, k);
+  if (st.relations_only) keep_labelled_rows(h);
   h.statement = "EXPLAIN";
   const auto p = softmax(run.last_logits);
   const int64_t best = top_ids(run.last_logits, 1)[0];

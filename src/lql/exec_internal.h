@@ -43,6 +43,18 @@ std::optional<std::pair<int64_t, double>> feature_top(Session& s, int64_t layer,
 /// layer, feature, gate, token, token_id, c_score, also.
 Table hits_table(Session& s, const std::vector<int64_t>& layers, const std::vector<std::vector<float>>& queries, int k);
 
+/// The vindex's relation labels. Errors: Unsupported "<what> at LINE:COL needs relation labels:
+/// ... (run `larql label ...` first)" when it has no feature_labels.json.
+const vindex::FeatureLabels& require_labels(Session& s, const std::string& what, Pos pos);
+/// The label of (layer, feature): its relation, or null when unlabelled or without labels.
+Cell relation_cell(Session& s, int64_t layer, int64_t feature);
+/// With labels loaded, insert a "relation" column (after "token", else last) into a table with
+/// "layer" and "feature" columns; a no-op otherwise.
+void add_relation_column(Session& s, Table& t);
+/// Drop the rows whose "relation" cell is null (RELATIONS ONLY).
+void keep_labelled_rows(Table& t);
+
+Table exec_show_relations(Session& s, const ShowStmt& st, Pos pos);
 Table exec_describe(Session& s, const DescribeStmt& st, Pos pos);
 Table exec_walk(Session& s, const WalkStmt& st, Pos pos);
 Table exec_explain(Session& s, const ExplainStmt& st, Pos pos);

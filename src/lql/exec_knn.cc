@@ -69,6 +69,7 @@ Table feature_rows(Session& s, const std::vector<int64_t>& layers) {
       t.rows.push_back({l, f, s.token_text(top->first), top->first, top->second, feature_tokens(s, l, f, 1, 4)});
     }
   }
+  add_relation_column(s, t);
   return t;
 }
 
@@ -113,11 +114,12 @@ Table hits_table(Session& s, const std::vector<int64_t>& layers, const std::vect
                         top ? Cell{top->first} : Cell{}, top ? Cell{top->second} : Cell{},
                         feature_tokens(s, h.layer, h.feature, 1, 3)});
     }
+  add_relation_column(s, t);
   return t;
 }
 
 Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
-  if (st.relations_only) not_built("DESCRIBE ... RELATIONS ONLY", pos, "relation labels come with issue 11 part 4");
+  if (st.relations_only) require_labels(s, "DESCRIBE ... RELATIONS ONLY", pos);
   std::vector<int64_t> layers;
   if (st.layer) {
     check_layer(s, *st.layer, pos);
@@ -154,6 +156,7 @@ Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
   for (int64_t l : layers)
     for (const auto& h : s.gate_knn(l, q->data(), 20)) {
       if (h.score <= 0.0f) continue;  // a feature fires on a positive gate
+      if (st.relations_only && !s.labels()->find(l, h.feature)) continue;  // labelled features only
       auto top = feature_top(s, l, h.feature);
       if (!top) continue;
       const std::string tok = s.token_text(top->first);
@@ -191,12 +194,15 @@ Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
     return b == "syntax" ? 0 : b == "knowledge" ? 1 : 2;
   };
   std::stable_sort(t.rows.begin(), t.rows.end(), [&](const auto& a, const auto& b) { return rank(a[0]) < rank(b[0]); });
+  add_relation_column(s, t);
   const char* signal = max_gate >= 20 ? "clean" : max_gate >= 10 ? "moderate" : "diffuse";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f", max_gate);
   t.title = st.entity + " — signal: " + signal + " (" + std::to_string(t.rows.size()) + " edges, max gate " + buf +
             ", layers " + std::to_string(layers.front()) + "-" + std::to_string(layers.back()) + ")";
-  if (t.rows.empty()) t.notes.push_back("(no edges: no feature with a positive gate writes a content token)");
+  if (t.rows.empty())
+    t.notes.push_back(st.relations_only ? "(no edges: no labelled feature with a positive gate writes a content token)"
+                                        : "(no edges: no feature with a positive gate writes a content token)");
   return t;
 }
 
@@ -204,7 +210,10 @@ Table exec_select(Session& s, const SelectStmt& st, Pos pos) {
   Table t;
   const int64_t limit = st.limit.value_or(20);
   if (st.from == SelectStmt::From::Entities) {
-    if (st.nearest) not_built("SELECT ... FROM ENTITIES NEAREST TO", pos);
+    if (st.nearest)
+      not_built("SELECT ... FROM ENTITIES NEAREST TO", pos,
+                "use SELECT ... FROM EDGES NEAREST TO, whose rows name the tokens (entities among them) the "
+                "nearest features write");
     t = entity_rows(s, layers_of(s, std::nullopt, pos));
   } else if (st.nearest) {
     check_layer(s, *st.nearest_layer, pos);

@@ -204,8 +204,7 @@ Table run_statement(Session& s, const Statement& st) {
             case ShowStmt::What::Layers: return show_layers(s, b, pos);
             case ShowStmt::What::Features: return detail::exec_show_features(s, b, pos);
             case ShowStmt::What::Entities: return detail::exec_show_entities(s, b, pos);
-            case ShowStmt::What::Relations:
-              not_built("SHOW RELATIONS", pos, "relation labels (feature_labels.json, larql label) come with issue 11 part 4");
+            case ShowStmt::What::Relations: return detail::exec_show_relations(s, b, pos);
             case ShowStmt::What::Patches: not_built("SHOW PATCHES", pos, "patches come with issue 11 part 3");
           }
           not_built("SHOW", pos);

@@ -20,6 +20,7 @@ struct Session::Open {
   DType dtype = DType::F32;
   MappedFile gates, embeddings;
   std::optional<vindex::DownMetaFile> down_meta;
+  std::optional<vindex::FeatureLabels> labels;
   std::optional<Tokenizer> tokenizer;
   std::shared_ptr<const Model> model;
 };
@@ -63,6 +64,8 @@ void Session::use(const std::string& dir) {
   const fs::path dm = fs::path(dir) / "down_meta.bin";
   // Listed but missing is an error (DownMetaFile::open names the file), not an empty result.
   if (ix.checksums.count("down_meta.bin") != 0 || fs::exists(dm)) o->down_meta = vindex::DownMetaFile::open(dm.string());
+  if (ix.checksums.count("feature_labels.json") != 0 || fs::exists(fs::path(dir) / "feature_labels.json"))
+    o->labels = vindex::read_feature_labels(dir);
   open_ = std::move(o);
 }
 
@@ -123,6 +126,11 @@ TensorView Session::embeddings() const {
 const vindex::DownMetaFile* Session::down_meta() const {
   index();
   return open_->down_meta ? &*open_->down_meta : nullptr;
+}
+
+const vindex::FeatureLabels* Session::labels() const {
+  index();
+  return open_->labels ? &*open_->labels : nullptr;
 }
 
 const Tokenizer& Session::tokenizer() {

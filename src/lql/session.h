@@ -19,6 +19,7 @@
 #include "util/thread_pool.h"
 #include "vindex/down_meta_file.h"
 #include "vindex/index.h"
+#include "vindex/labels.h"
 
 namespace larql {
 class Model;
@@ -75,6 +76,8 @@ class Session {
   TensorView embeddings() const;
   /// down_meta.bin; nullptr when the vindex has none.
   const vindex::DownMetaFile* down_meta() const;
+  /// feature_labels.json (read at USE; `larql label` writes it); nullptr when the vindex has none.
+  const vindex::FeatureLabels* labels() const;
   /// The tokenizer (tokenizer.json + tokenizer_config.json), read on first use.
   const Tokenizer& tokenizer();
 

@@ -9,6 +9,7 @@
 #include "util/error.h"
 #include "util/mmap.h"
 #include "vindex/down_meta_file.h"
+#include "vindex/labels.h"
 #include "vindex/sha256.h"
 
 namespace larql::vindex {
@@ -285,6 +286,20 @@ VerifyReport verify(const std::string& dir) {
                              std::to_string(x.down_top_k));
     } catch (const Error& e) {
       r.problems.push_back(std::string("down_meta.bin: ") + e.what());
+    }
+  }
+  if (listed("feature_labels.json")) {
+    try {
+      const FeatureLabels fl = read_feature_labels(dir);
+      for (const auto& f : fl.features)
+        if (f.layer >= x.num_layers || (static_cast<size_t>(f.layer) < x.layers.size() &&
+                                        f.feature >= x.layers[static_cast<size_t>(f.layer)].num_features)) {
+          r.problems.push_back("feature_labels.json: layer " + std::to_string(f.layer) + " feature " +
+                               std::to_string(f.feature) + " is outside the vindex");
+          break;
+        }
+    } catch (const Error& e) {
+      r.problems.push_back(std::string("feature_labels.json: ") + e.what());
     }
   }
   // The level and the weights flag against the files present.

@@ -63,6 +63,7 @@ def fixtures(tmp_path_factory, model_path):
         "apollo build": ["apollo", "build", text, "-o", d / "s.store", "-m", model_path],
         "apollo eval": ["apollo", "eval", text, questions, "-m", model_path, "--no-standard"],
         "extract": ["extract", model_path, "-o", d / "x.vindex"],
+        "label": ["label", d / "none.vindex"],  # flags are checked before the vindex is opened
     }
     return base
 

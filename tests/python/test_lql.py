@@ -12,8 +12,10 @@ session), checked against independent sources:
 - every example of docs/lql.md runs or is rejected with "not built yet";
 - scripts: -f stops at the first error with its line:column and exit 1, --keep-going runs on,
   --json gives one document per statement, statements from a pipe; the REPL through a
-  pseudo-terminal: a multi-line statement, history recall, completion of a keyword and of an
-  entity named before, Ctrl-C drops the line at the prompt, Ctrl-D exits 0.
+  pseudo-terminal: a multi-line statement, history recall (in the session, and from the history
+  file in a new one; none with --no-history), completion of a keyword and of an entity named
+  before, Ctrl-C drops the line at the prompt and stops a running TRACE without leaving the REPL,
+  Ctrl-D exits 0.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import pty
 import re
 import select
 import subprocess
+import termios
 import time
 from pathlib import Path
 
@@ -148,7 +151,9 @@ def test_every_doc_example_runs_or_is_rejected(larql_bin, inference_vindex, tmp_
         f.write_text('USE "gemma-3-270m.vindex";\n' + b)
         r = lql(larql_bin, None, "--json", "--keep-going", "-f", str(f), cwd=tmp_path)
         for line in r.stderr.splitlines():
-            assert "not built yet" in line, (b, line)
+            # This vindex has no feature_labels.json: relation statements say to run `larql label`
+            # (test_label.py runs them on a labelled copy).
+            assert "not built yet" in line or "needs relation labels" in line, (b, line)
             rejected += 1
         ran += sum(1 for d in docs(r.stdout) if "error" not in d)
     print(f"\n[doc examples] {ran} ran, {rejected} rejected as not built yet")
@@ -171,46 +176,127 @@ def test_scripts_stop_at_the_first_error(larql_bin, inference_vindex, tmp_path):
     assert r.returncode == 1 and "COMPILE INTO MODEL is not built yet (1:1)" in r.stderr
 
 
-def test_repl_in_a_terminal(larql_bin, inference_vindex):
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ["TERM"] = "xterm"
-        os.execv(str(larql_bin), [str(larql_bin), "lql", "--threads", "1", str(inference_vindex)])
-    out = b""
+class Pty:
+    """A child on a pseudo-terminal. read_until waits (generously: the machine may be loaded) for a
+    needle to have appeared `count` times in everything read so far; prompt(n) waits for the n-th
+    "lql> " at the start of a line — printed only when the REPL reads a new line, unlike the prompt
+    libedit redraws when it recalls history — and for libedit to be reading keys (wait_editing).
+    Keys sent earlier (a loaded machine makes the window wide) reach the terminal in cooked mode:
+    the earlier version of this test flaked that way."""
 
-    def read_until(needle: bytes, count: int = 1, timeout: float = 60) -> None:
-        nonlocal out
+    def __init__(self, argv, env):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.environ.update(env)
+            os.execv(argv[0], argv)
+        self.out = b""
+
+    def read_until(self, needle: bytes, count: int = 1, timeout: float = 180) -> None:
         end = time.time() + timeout
-        while out.count(needle) < count:
-            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.time()))
-            assert ready, f"timed out waiting for {needle!r}; got {out[-2000:]!r}"
+        while self.out.count(needle) < count:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, end - time.time()))
+            assert ready, f"timed out waiting for {needle!r} x{count}; got {self.out[-2000:]!r}"
             try:
-                out += os.read(fd, 65536)
+                self.out += os.read(self.fd, 65536)
             except OSError:
                 break
 
-    read_until(b"lql> ")
-    os.write(fd, b"SHOW LAYERS\r")
-    read_until(b"...> ")
-    os.write(fd, b"0-1;\r")
-    read_until(b"Layers of")
-    read_until(b"lql> ", 2)
-    os.write(fd, b"STATS;\r")
-    read_until(b"extract_level", 1)
-    read_until(b"lql> ", 3)
-    os.write(fd, b"\x1b[A\r")  # history: STATS again
-    read_until(b"extract_level", 2)
-    read_until(b"lql> ", 4)
-    os.write(fd, b"DESCR\t'France' AT LAYER 9 BRIEF;\r")  # completion of a keyword
-    read_until(b"France \xe2\x80\x94 signal")
-    read_until(b"lql> ", 5)
-    os.write(fd, b"STA\x03")  # Ctrl-C drops the line being typed, the REPL stays
-    read_until(b"^C")
-    read_until(b"lql> ", 6)
-    os.write(fd, b"SELECT feature FROM EDGES NEAREST TO 'Fr\t' AT LAYER 9 LIMIT 1;\r")  # a name seen before
-    read_until(b'NEAREST TO "France')
-    read_until(b"lql> ", 7)
-    os.write(fd, b"\x04")  # Ctrl-D
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    def prompt(self, n: int) -> None:
+        self.read_until(b"\nlql> ", n)
+        self.wait_editing()
+
+    def wait_editing(self, timeout: float = 60) -> None:
+        """Wait until libedit has the terminal in its raw mode (ICANON off, read on the master
+        side): keys sent before that are read by the tty's cooked mode, where Ctrl-C raises SIGINT
+        before the REPL reads the line and Ctrl-D is lost."""
+        end = time.time() + timeout
+        while termios.tcgetattr(self.fd)[3] & termios.ICANON:
+            assert time.time() < end, f"the terminal never left cooked mode; got {self.out[-2000:]!r}"
+            time.sleep(0.02)
+
+    def send(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def wait(self, timeout: float = 120) -> int:
+        end = time.time() + timeout
+        while time.time() < end:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                os.close(self.fd)
+                assert os.WIFEXITED(status), status
+                return os.WEXITSTATUS(status)
+            try:  # keep the terminal drained
+                if select.select([self.fd], [], [], 0.2)[0]:
+                    self.out += os.read(self.fd, 65536)
+            except OSError:
+                time.sleep(0.2)
+        os.kill(self.pid, 9)
+        os.waitpid(self.pid, 0)
+        os.close(self.fd)
+        raise AssertionError(f"the REPL did not exit; got {self.out[-2000:]!r}")
+
+
+def test_repl_in_a_terminal(larql_bin, inference_vindex, tmp_path):
+    env = {"TERM": "xterm", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    argv = [str(larql_bin), "lql", "--threads", "1", str(inference_vindex)]
+    t = Pty(argv, env)
+    t.prompt(1)
+    t.send(b"SHOW LAYERS\r")  # a statement over two lines
+    t.read_until(b"...> ")
+    t.wait_editing()
+    t.send(b"0-1;\r")
+    t.read_until(b"Layers of")
+    t.prompt(2)
+    t.send(b"STATS;\r")
+    t.read_until(b"extract_level", 1)
+    t.prompt(3)
+    t.send(b"\x1b[A\r")  # history: Up recalls STATS
+    t.read_until(b"extract_level", 2)
+    t.prompt(4)
+    t.send(b"DESCR\t'France' AT LAYER 9 BRIEF;\r")  # completion of a keyword
+    t.read_until(b"France \xe2\x80\x94 signal")
+    t.prompt(5)
+    t.send(b"STA\x03")  # Ctrl-C drops the line being typed, the REPL stays
+    t.read_until(b"^C")
+    t.prompt(6)
+    t.send(b"SELECT feature FROM EDGES NEAREST TO 'Fr\t' AT LAYER 9 LIMIT 1;\r")  # a name seen before
+    t.read_until(b'NEAREST TO "France')
+    t.prompt(7)
+    # Ctrl-C during a long statement: the logit lens over every position of a long prompt (minutes
+    # when left to run) stops with "cancelled" and the REPL takes the next statement.
+    long_prompt = "The quick brown fox jumps over the lazy dog. " * 40
+    t.send(f"TRACE '{long_prompt}' POSITIONS ALL;\r".encode())
+    time.sleep(3)
+    started = time.time()
+    t.send(b"\x03")
+    t.read_until(b"cancelled")
+    t.prompt(8)
+    print(f"\n[repl] Ctrl-C stopped TRACE in {time.time() - started:.2f} s")
+    t.send(b"STATS;\r")
+    t.read_until(b"extract_level", 3)
+    t.prompt(9)
+    t.send(b"\x04")  # Ctrl-D
+    assert t.wait() == 0
+    hist = tmp_path / "state" / "larql" / "lql_history"
+    assert hist.is_file(), "no history file under $XDG_STATE_HOME"
+    assert "STATS;" in hist.read_text(errors="replace")
+
+    # A new REPL recalls the previous one's last line with Up.
+    t = Pty(argv, env)
+    t.prompt(1)
+    t.send(b"\x1b[A\r")
+    t.read_until(b"extract_level")
+    t.prompt(2)
+    t.send(b"\x04")
+    assert t.wait() == 0
+
+    # --no-history: no recall, and no file written.
+    env2 = dict(env, XDG_STATE_HOME=str(tmp_path / "state2"))
+    t = Pty(argv + ["--no-history"], env2)
+    t.prompt(1)
+    t.send(b"STATS;\r")
+    t.read_until(b"extract_level")
+    t.prompt(2)
+    t.send(b"\x04")
+    assert t.wait() == 0
+    assert not (tmp_path / "state2" / "larql" / "lql_history").exists()

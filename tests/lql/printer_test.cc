@@ -1,0 +1,81 @@
+// The printer (lql/printer.h): hand-written canonical texts for each statement, and the
+// parse -> print -> parse -> print fixpoint over every example of docs/lql.md.
+#include "lql/printer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "lql/parser.h"
+#include "util/error.h"
+
+namespace larql::lql {
+namespace {
+
+std::string canon(const std::string& src) { return to_lql(parse_one(src)); }
+
+TEST(PrinterTest, CanonicalTextPerStatement) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"use 'a.vindex'", "USE \"a.vindex\""},
+      {"show layers 3", "SHOW LAYERS 3-3"},
+      {"show relations with examples at layer 4 verbose", "SHOW RELATIONS AT LAYER 4 WITH EXAMPLES VERBOSE"},
+      {"show features 2 where score > 0.5 limit 3", "SHOW FEATURES 2 WHERE score > 0.5 LIMIT 3"},
+      {"describe \"Fr\\\"ance\" raw knowledge relations only", "DESCRIBE \"Fr\\\"ance\" KNOWLEDGE RAW RELATIONS ONLY"},
+      {"describe 'x' all layers", "DESCRIBE \"x\" ALL LAYERS"},
+      {"walk 'p' layers all top 3", "WALK \"p\" TOP 3"},
+      {"explain infer 'p' with attention verbose", "EXPLAIN INFER \"p\" VERBOSE WITH ATTENTION"},
+      {"select layer, token from edges nearest to 'a' at layer 9 where not (a = 1 or b != -2) and c in (1, 'x') "
+       "order by score limit 5",
+       "SELECT layer, token FROM EDGES NEAREST TO \"a\" AT LAYER 9 WHERE (NOT (a = 1 OR b != -2) AND c IN (1, \"x\")) "
+       "ORDER BY score ASC LIMIT 5"},
+      {"select * from features where token not like 'P%' order by layer desc",
+       "SELECT * FROM FEATURES WHERE NOT token LIKE \"P%\" ORDER BY layer DESC"},
+      {"select * from entities where score between -0.25 and 3", "SELECT * FROM ENTITIES WHERE score BETWEEN -0.25 AND 3"},
+      {"trace 'p' decompose positions all for 'x'", "TRACE \"p\" FOR \"x\" POSITIONS ALL DECOMPOSE"},
+      {"trace 'p' positions last", "TRACE \"p\""},
+      {"insert into edges (entity, relation, target) values ('a', 'b', 'c\\n') alpha 2 at layer 3",
+       "INSERT INTO EDGES (entity, relation, target) VALUES (\"a\", \"b\", \"c\\n\") AT LAYER 3 ALPHA 2.0"},
+      {"update edges set target = 'x', score = 1.5 where entity = 'a'",
+       "UPDATE EDGES SET target = \"x\", score = 1.5 WHERE entity = \"a\""},
+      {"save patch |> remove patch 'p'", "SAVE PATCH |> REMOVE PATCH \"p\""},
+      {"diff current 'b' into patch 'p' limit 2", "DIFF CURRENT \"b\" LIMIT 2 INTO PATCH \"p\""},
+      {"compile 'a' into model 'b.gguf'", "COMPILE \"a\" INTO MODEL \"b.gguf\""},
+  };
+  for (const auto& [src, want] : cases) {
+    EXPECT_EQ(canon(src), want) << src;
+    EXPECT_EQ(canon(want), want) << want;  // canonical text is a fixpoint
+  }
+}
+
+TEST(PrinterTest, EveryDocExampleRoundTrips) {
+  const char* root = std::getenv("LARQL_SOURCE_DIR");
+  ASSERT_NE(root, nullptr) << "LARQL_SOURCE_DIR is not set";
+  std::ifstream in(std::string(root) + "/docs/lql.md");
+  ASSERT_TRUE(in.good());
+  std::string line, block;
+  bool inside = false;
+  int pipelines = 0;
+  while (std::getline(in, line)) {
+    if (!inside && line.rfind("```lql", 0) == 0) {
+      inside = true;
+      block.clear();
+    } else if (inside && line.rfind("```", 0) == 0) {
+      inside = false;
+      for (const auto& p : parse_script(block)) {
+        const std::string once = to_lql(p);
+        const Pipeline again = parse_one(once);
+        EXPECT_EQ(again.stages.size(), p.stages.size()) << once;
+        EXPECT_EQ(to_lql(again), once);
+        ++pipelines;
+      }
+    } else if (inside) {
+      block += line + "\n";
+    }
+  }
+  EXPECT_GT(pipelines, 20);
+}
+
+}  // namespace
+}  // namespace larql::lql
