@@ -11,7 +11,10 @@
 #include "lql/exec_internal.h"
 #include "model/model.h"
 #include "model/overlay_source.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
+#include "util/half.h"
+#include <cstring>
 #include "util/error.h"
 
 namespace larql::lql::detail {
@@ -51,6 +54,11 @@ const char* const kDecoys[] = {
     "He looked at the sky",     "The children played in the", "The capital of France is", "The language of Japan is",
     "The currency of Mexico is", "The author of Hamlet is",   "The color of the sky is",  "My favourite food is",
     "The president of the United States is", "The largest planet is", "I went to the store to buy", "The answer is",
+    "Last night I dreamed that",  "The recipe for pancakes needs", "return x + y; }",          "Hello, how are you",
+    "The population of the city grew", "My dog likes to",     "The first thing you should do is", "According to the report,",
+    "The temperature dropped below", "She sang a song about",  "The best movie of the year was", "We drove through the mountains and",
+    "The number after seven is",  "In 1492, Columbus",         "The price of bread has",   "Please send me the",
+    "The teacher asked the students to", "The river flows into", "Scientists believe that the", "His favourite sport is",
 };
 const char* const kEntities[] = {"France", "Germany", "Japan", "Brazil", "Italy", "Canada", "Egypt", "India"};
 
@@ -103,19 +111,23 @@ double target_prob(Session& s, const std::string& prompt, int64_t target, bool* 
   return std::exp(static_cast<double>(lg[static_cast<size_t>(target)]) - mx) / sum;
 }
 
-// The feature of `layer` that matters least: the smallest |gate row| x |up row| x |down column|,
-// among those no edit has written.
-int64_t pick_slot(Session& s, int64_t layer) {
+// The feature of `layer` that matters least: the smallest mean |activation| x |down column| over
+// the decoy prompts' FFN inputs (what replacing it takes away from ordinary text), among those
+// no edit has written.
+int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float>>& xs) {
   auto model = s.model("INSERT");
   const LayerWeights& w = model->weights().layers[static_cast<size_t>(layer)];
   const int64_t ffn = w.w_gate.rows, hidden = w.w_gate.cols;
-  std::vector<double> g(static_cast<size_t>(ffn)), u(static_cast<size_t>(ffn)), d(static_cast<size_t>(ffn), 0.0);
-  std::vector<float> row(static_cast<size_t>(std::max(ffn, hidden)));
+  std::vector<double> use(static_cast<size_t>(ffn), 0.0), d(static_cast<size_t>(ffn), 0.0);
+  std::vector<float> g(static_cast<size_t>(hidden)), u(static_cast<size_t>(hidden)), row(static_cast<size_t>(ffn));
   for (int64_t f = 0; f < ffn; ++f) {
-    quant::dequantize_row(w.w_gate.type, w.w_gate.row(f), row.data(), hidden);
-    g[static_cast<size_t>(f)] = dot(row.data(), row.data(), hidden);
-    quant::dequantize_row(w.w_up.type, w.w_up.row(f), row.data(), hidden);
-    u[static_cast<size_t>(f)] = dot(row.data(), row.data(), hidden);
+    quant::dequantize_row(w.w_gate.type, w.w_gate.row(f), g.data(), hidden);
+    quant::dequantize_row(w.w_up.type, w.w_up.row(f), u.data(), hidden);
+    for (const auto& x : xs) {
+      const double a = dot(g.data(), x.data(), hidden), b = dot(u.data(), x.data(), hidden);
+      const double gelu = 0.5 * a * (1.0 + std::tanh(0.7978845608 * (a + 0.044715 * a * a * a)));
+      use[static_cast<size_t>(f)] += std::fabs(gelu * b);
+    }
   }
   for (int64_t r = 0; r < w.w_down.rows; ++r) {
     quant::dequantize_row(w.w_down.type, w.w_down.row(r), row.data(), ffn);
@@ -126,28 +138,47 @@ int64_t pick_slot(Session& s, int64_t layer) {
   double best_v = INFINITY;
   for (int64_t f = 0; f < ffn; ++f) {
     if (touched.count({layer, f})) continue;
-    const double v = g[static_cast<size_t>(f)] * u[static_cast<size_t>(f)] * d[static_cast<size_t>(f)];
+    const double v = use[static_cast<size_t>(f)] * std::sqrt(d[static_cast<size_t>(f)]);
     if (v < best_v) best_v = v, best = f;
   }
   if (best < 0) throw Error(ErrorKind::InvalidArgument, "INSERT: every feature of layer " + std::to_string(layer) + " is already edited");
   return best;
 }
 
-// The largest |value| of the stored block of each down row that holds column `feature`: what
-// the down column can carry without re-scaling the block.
-std::vector<float> down_block_max(Session& s, int64_t layer, int64_t feature) {
+// Per down row, the largest |value| the column can hold without touching the rest of its block:
+// for Q6_K, 31 steps of its 16-value sub-block's scale (OverlaySource keeps every scale); else the
+// block's largest |value|.
+std::vector<float> down_range(Session& s, int64_t layer, int64_t feature) {
   auto model = s.model("INSERT");
   const TensorView& dn = model->weights().layers[static_cast<size_t>(layer)].w_down;
   const DTypeInfo& info = dtype_info(dn.type);
   const int64_t bs = info.block_size, blk = feature / bs;
   std::vector<float> vals(static_cast<size_t>(bs)), out(static_cast<size_t>(dn.rows));
   for (int64_t r = 0; r < dn.rows; ++r) {
-    quant::dequantize_row(dn.type, dn.row(r) + static_cast<size_t>(blk) * info.type_size, vals.data(), bs);
+    const uint8_t* b = dn.row(r) + static_cast<size_t>(blk) * info.type_size;
+    if (dn.type == DType::Q6_K) {
+      quant::detail::BlockQ6K q;
+      std::memcpy(&q, b, sizeof q);
+      const int64_t j = feature - blk * bs, k = j % 128;
+      const int si = static_cast<int>((j / 128) * 8 + (k % 32) / 16 + 2 * (k / 32));
+      out[static_cast<size_t>(r)] = 31.0f * std::fabs(f16_to_f32(q.d) * static_cast<float>(q.scales[si]));
+      continue;
+    }
+    quant::dequantize_row(dn.type, b, vals.data(), bs);
     float m = 0;
     for (float v : vals) m = std::max(m, std::fabs(v));
     out[static_cast<size_t>(r)] = m;
   }
   return out;
+}
+
+// Edits rewrite the model's weights (or read its forward pass): a vindex without them is refused
+// up front, with the statement's position.
+void need_weights(Session& s, const std::string& what, Pos pos) {
+  if (!s.runs_model())
+    throw Error(ErrorKind::Unsupported, what + " at " + pos.str() + " needs a vindex with model weights; " + s.path() +
+                                            " was extracted at level " + vindex::extract_level_name(s.index().extract_level) +
+                                            " (larql extract MODEL -o X.vindex --level inference)");
 }
 
 }  // namespace
@@ -169,6 +200,7 @@ int64_t target_token(Session& s, const std::string& target, Pos pos) {
 
 Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   const auto t0 = std::chrono::steady_clock::now();
+  need_weights(s, "INSERT", pos);
   const InsertMode mode = st.mode.value_or(InsertMode::Compose);
   const int64_t hidden = s.index().hidden_size;
   const int64_t layer = st.layer.value_or(default_layer(s));
@@ -250,32 +282,58 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
                                                              "\" is indistinguishable from the decoy prompts at layer " +
                                                              std::to_string(layer));
   for (double& v : r) v /= s0;
-  // A threshold without a bias: the decoys' mean direction m is nearly constant in every prompt's
-  // FFN input, so gate = G (r - tau m) fires only where x . r exceeds half the fact's own s0.
-  double mn = 0;
-  for (double v : mean) mn += v * v;
-  mn = std::sqrt(mn);
-  double m_x0 = 0;
-  for (int64_t i = 0; i < hidden; ++i) m_x0 += mean[static_cast<size_t>(i)] / mn * x0[static_cast<size_t>(i)];
-  const double tau = m_x0 > 0 ? 0.5 * s0 / m_x0 : 0.0;
+  // A threshold without a bias: Gemma's FFN has none, but some coordinate k of the FFN input is
+  // nearly constant over prompts (the RMS norm keeps a few dimensions fixed; on Gemma 3 270M
+  // layer 13 one varies by 2% across the decoys). A gate weight on it acts as a bias, so
+  // gate = G (r - (theta s0 / x0[k]) e_k) fires only where x . r exceeds theta = 0.8 of the fact's
+  // own s0 (a decoy's is 0); GELU keeps it near zero elsewhere. Without such a coordinate, the
+  // decoys' mean direction m stands in (less steady: m . x varies more across prompts).
+  constexpr double kTheta = 0.8;
+  int64_t k = -1;
+  double best_cv = 0.05;
+  for (int64_t i = 0; i < hidden; ++i) {
+    double mu = 0, var = 0;
+    for (const auto& d : decoys) mu += d[static_cast<size_t>(i)];
+    mu /= static_cast<double>(decoys.size());
+    for (const auto& d : decoys) var += (d[static_cast<size_t>(i)] - mu) * (d[static_cast<size_t>(i)] - mu);
+    const double cv = std::sqrt(var / static_cast<double>(decoys.size())) / std::max(1e-12, std::fabs(mu));
+    if (cv < best_cv && std::fabs(x0[static_cast<size_t>(i)]) > 1e-3 && (x0[static_cast<size_t>(i)] > 0) == (mu > 0)) best_cv = cv, k = i;
+  }
+  std::vector<double> bias_dir(static_cast<size_t>(hidden), 0.0);  // b with b . x0 = 1
+  if (k >= 0) {
+    bias_dir[static_cast<size_t>(k)] = 1.0 / x0[static_cast<size_t>(k)];
+  } else {
+    double m_x0 = 0;
+    for (int64_t i = 0; i < hidden; ++i) m_x0 += mean[static_cast<size_t>(i)] * x0[static_cast<size_t>(i)];
+    if (m_x0 > 0)
+      for (int64_t i = 0; i < hidden; ++i) bias_dir[static_cast<size_t>(i)] = mean[static_cast<size_t>(i)] / m_x0;
+  }
   const double pre = 6.0;  // the gate's pre-activation on the fact's prompt
-  const double G = pre / (tau > 0 ? 0.5 * s0 : s0);
+  const double G = pre / ((1.0 - kTheta) * s0);
   op.kind = PatchOp::Kind::Insert;
-  op.feature = pick_slot(s, layer);
+  op.feature = pick_slot(s, layer, decoys);
   op.gate.resize(static_cast<size_t>(hidden));
   op.up.resize(static_cast<size_t>(hidden));
   for (int64_t i = 0; i < hidden; ++i)
-    op.gate[static_cast<size_t>(i)] = static_cast<float>(G * (r[static_cast<size_t>(i)] - tau * mean[static_cast<size_t>(i)] / mn));
+    op.gate[static_cast<size_t>(i)] = static_cast<float>(G * (r[static_cast<size_t>(i)] - kTheta * s0 * bias_dir[static_cast<size_t>(i)]));
   // Down: the target's embedding direction, as large as every row's stored block can hold.
   auto model = s.model("INSERT");
   const TensorView& emb = model->weights().token_embd;
   std::vector<float> dir(static_cast<size_t>(hidden));
   quant::dequantize_row(emb.type, emb.row(target), dir.data(), hidden);
-  const std::vector<float> bmax = down_block_max(s, layer, op.feature);
-  double c = INFINITY;
+  // The scale c of the column: the 30th percentile over rows of what each can hold / |dir|, so 30%
+  // of the rows are clamped at their limit (the direction keeps its signs and most of its shape)
+  // and the rest keep a useful number of quantisation steps. The up row carries the magnitude.
+  const std::vector<float> range = down_range(s, layer, op.feature);
+  std::vector<double> ratios;
   for (int64_t i = 0; i < hidden; ++i)
-    if (dir[static_cast<size_t>(i)] != 0.0f) c = std::min(c, 0.95 * bmax[static_cast<size_t>(i)] / std::fabs(dir[static_cast<size_t>(i)]));
-  if (!std::isfinite(c)) c = 1.0;
+    if (dir[static_cast<size_t>(i)] != 0.0f && range[static_cast<size_t>(i)] > 0)
+      ratios.push_back(range[static_cast<size_t>(i)] / std::fabs(dir[static_cast<size_t>(i)]));
+  double c = 1.0;
+  if (!ratios.empty()) {
+    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() * 3 / 10), ratios.end());
+    c = ratios[ratios.size() * 3 / 10];
+  }
   op.down.resize(static_cast<size_t>(hidden));
   for (int64_t i = 0; i < hidden; ++i) op.down[static_cast<size_t>(i)] = static_cast<float>(c * dir[static_cast<size_t>(i)]);
   // Balance: the up row's scale A (the feature's activation on the prompt is about pre x A) is
@@ -356,6 +414,7 @@ std::pair<int64_t, int64_t> slot_of(const Cond& c, const std::string& what, Pos 
 
 Table exec_delete(Session& s, const DeleteStmt& st, Pos pos) {
   const auto [layer, feature] = slot_of(st.where, "DELETE", pos);
+  need_weights(s, "DELETE", pos);
   check_layer(s, layer, pos);
   if (feature < 0 || feature >= s.index().intermediate_size)
     throw Error(ErrorKind::InvalidArgument, "DELETE at " + pos.str() + ": feature " + std::to_string(feature) +
@@ -375,6 +434,7 @@ Table exec_delete(Session& s, const DeleteStmt& st, Pos pos) {
 
 Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
   const auto [layer, feature] = slot_of(st.where, "UPDATE", pos);
+  need_weights(s, "UPDATE", pos);
   check_layer(s, layer, pos);
   if (feature < 0 || feature >= s.index().intermediate_size)
     throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": feature " + std::to_string(feature) + " is out of range");
@@ -410,9 +470,13 @@ Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
 
 Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
   EditState& ed = s.edits();
-  auto base = s.base_source("PATCH");
   Table t;
   t.statement = "PATCH";
+  // BEGIN / SAVE record and write; APPLY and REMOVE rebuild the weights, which need the model.
+  auto base = [&] {
+    need_weights(s, st.op == PatchStmt::Op::Apply ? "APPLY PATCH" : st.op == PatchStmt::Op::Remove ? "REMOVE PATCH" : "SAVE PATCH", pos);
+    return s.base_source("PATCH");
+  };
   switch (st.op) {
     case PatchStmt::Op::Begin:
       if (ed.recording && !ed.anonymous)
@@ -430,7 +494,7 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
                                                     ": the edits so far have no file; BEGIN PATCH \"name.vlp\" names it, then SAVE PATCH");
       NamedPatch p = *ed.recording;
       p.patch.base_model = s.index().model;
-      p.patch.base_fingerprint = base->fingerprint();
+      p.patch.base_fingerprint = base()->fingerprint();
       p.patch.created_at = now_utc();
       p.patch.description = p.name;
       save_patch(p.name, p.patch);
@@ -443,15 +507,22 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
     case PatchStmt::Op::Apply: {
       for (const auto& p : ed.applied)
         if (p.name == st.name) throw Error(ErrorKind::InvalidArgument, "APPLY PATCH at " + pos.str() + ": \"" + st.name + "\" is already applied");
+      const std::string fp = base()->fingerprint();
       Patch p = load_patch(st.name, limits(s));
       if (p.base_model != s.index().model)
         throw Error(ErrorKind::InvalidArgument, "APPLY PATCH at " + pos.str() + ": " + st.name + " was made for model \"" +
                                                     p.base_model + "\", the vindex in use holds \"" + s.index().model + "\"");
-      if (p.base_fingerprint != base->fingerprint())
+      if (p.base_fingerprint != fp)
         t.notes.push_back("warning: " + st.name + " was made on another build of \"" + p.base_model + "\" (fingerprint " +
-                          p.base_fingerprint + "; this vindex: " + base->fingerprint() + "); applied anyway");
+                          p.base_fingerprint + "; this vindex: " + fp + "); applied anyway");
       ed.applied.push_back(NamedPatch{st.name, std::move(p)});
-      ed.rebuild(base);
+      try {
+        ed.rebuild(base());
+      } catch (...) {
+        ed.applied.pop_back();
+        ed.rebuild(base());
+        throw;
+      }
       publish(s);
       t.title = "Applied: " + st.name + " (" + std::to_string(ed.applied.back().patch.ops.size()) + " operations)";
       return t;
@@ -470,7 +541,7 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
       } else {
         ed.applied.erase(it);
       }
-      ed.rebuild(base);
+      ed.rebuild(base());
       publish(s);
       t.title = "Removed: " + st.name;
       return t;

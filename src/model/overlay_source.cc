@@ -21,9 +21,9 @@ size_t row_size(const SourceTensor& t) {
   return *rb;
 }
 
-// Q6_K: set value j (0..255) of one block to `want`, keeping the super-block scale d and, when the
-// sub-block's scale need not change, every other value bit for bit. Returns the indices (0..255)
-// whose value changed; sets *clamped when `want` is beyond what d can hold.
+// Q6_K: set value j (0..255) of one block to `want`, keeping the super-block scale d, the 16
+// sub-block scales and every other value bit for bit. Returns the indices (0..255) whose value
+// changed (j or none); sets *clamped when `want` is beyond what j's sub-block scale holds.
 std::vector<int> q6k_set(quant::detail::BlockQ6K& b, int j, float want, bool* clamped) {
   const float d = f16_to_f32(b.d);
   auto get_q = [&](int k) {  // the 6-bit quant of element k, -32..31 (dequantize_q6_K's layout)
@@ -47,50 +47,26 @@ std::vector<int> q6k_set(quant::detail::BlockQ6K& b, int j, float want, bool* cl
   auto scale_of = [&](int k) { return (k / 128) * 8 + (k % 128) / 16 % 2 + 2 * ((k % 128) / 32); };
   const int si = scale_of(j);
   // The 16 elements sharing scale si: consecutive, starting at j rounded down to 16.
-  const int first = j - j % 16;
-  float vals[16];
-  for (int i = 0; i < 16; ++i) vals[i] = d * b.scales[si] * static_cast<float>(get_q(first + i));
-  vals[j - first] = want;
   std::vector<int> changed;
   if (d == 0.0f) {
     *clamped = want != 0.0f;
     return changed;
   }
-  // Keep the scale if the wanted value fits it.
+  // The sub-block's scale stays, so its other 15 values (other features) keep every bit; a value
+  // beyond what the scale holds is clamped to the nearest it does.
   const int sc = b.scales[si];
-  if (sc != 0) {
-    const float q = std::nearbyint(want / (d * sc));
-    if (q >= -32 && q <= 31) {
-      const int old = get_q(j);
-      if (static_cast<int>(q) != old) {
-        set_q(j, static_cast<int>(q));
-        changed.push_back(j);
-      }
-      return changed;
-    }
+  if (sc == 0) {
+    *clamped = want != 0.0f;
+    return changed;
   }
-  // A new scale for the sub-block: the largest |value| maps to -32 (as ggml's reference does).
-  float amax = 0, vmax = 0;
-  for (float v : vals)
-    if (std::fabs(v) > amax) amax = std::fabs(v), vmax = v;
-  int nsc = static_cast<int>(std::nearbyint(vmax / (-32.0f * d)));
-  if (nsc > 127 || nsc < -128) {
+  float q = std::nearbyint(want / (d * static_cast<float>(sc)));
+  if (q < -32 || q > 31) {
     *clamped = true;
-    nsc = std::clamp(nsc, -128, 127);
+    q = std::clamp(q, -32.0f, 31.0f);
   }
-  if (nsc == 0) nsc = vmax < 0 ? 1 : -1;
-  std::vector<int> olds(16);
-  for (int i = 0; i < 16; ++i) olds[static_cast<size_t>(i)] = get_q(first + i);
-  const int old_sc = b.scales[si];
-  b.scales[si] = static_cast<int8_t>(nsc);
-  for (int i = 0; i < 16; ++i) {
-    int q = static_cast<int>(std::nearbyint(vals[i] / (d * nsc)));
-    if (q < -32 || q > 31) {
-      if (i == j - first) *clamped = true;
-      q = std::clamp(q, -32, 31);
-    }
-    set_q(first + i, q);
-    if (q * nsc != olds[static_cast<size_t>(i)] * old_sc) changed.push_back(first + i);
+  if (static_cast<int>(q) != get_q(j)) {
+    set_q(j, static_cast<int>(q));
+    changed.push_back(j);
   }
   return changed;
 }

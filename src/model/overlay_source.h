@@ -19,7 +19,7 @@ namespace larql {
 /// What one FFN-feature edit changed in the stored blocks.
 struct FeatureEditReport {
   /// Down-matrix columns (features) of the layer whose stored values changed: the edited one and
-  /// any neighbour in a re-quantised block (a Q6_K sub-block of 16 whose scale had to change).
+  /// any neighbour in a re-quantised block (none for Q6_K, whose scales are kept).
   std::set<int64_t> changed_columns;
   /// Rows of the down column whose wanted value was outside what the block can hold (clamped).
   int64_t clamped = 0;
@@ -38,8 +38,9 @@ class OverlaySource final : public WeightSource {
 
   /// Write FFN feature `feature` of `layer`: gate row and up row ([ffn, hidden] matrices; hidden
   /// floats each, re-quantised in the stored type), and down column ([hidden, ffn]; hidden floats:
-  /// in each row only the block holding the column is rewritten — for Q6_K only the 16-value
-  /// sub-block, keeping the super-block scale d, so a value beyond what d can hold is clamped).
+  /// in each row only the block holding the column is re-quantised — for Q6_K only the column's
+  /// own 6-bit value, keeping every scale, so a value beyond what its sub-block's scale holds is
+  /// clamped, and no other feature's value moves).
   /// A null pointer leaves that part as it is. Copy-on-write: the first edit of a tensor copies
   /// the base's bytes. Errors: InvalidArgument for a layer or feature out of range; Unsupported
   /// for a stored type quant::quantize_row cannot write.
