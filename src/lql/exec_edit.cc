@@ -443,6 +443,7 @@ Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
     if ((a.field == "target" || a.field == "top_token") && a.value.kind == Value::Kind::String) target = a.value.str;
     else not_built("UPDATE ... SET " + a.field, a.value.pos, "UPDATE sets target = \"token\" (the down column's direction)");
   }
+  if (!target) throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": SET target = \"token\" is missing");
   const int64_t tid = target_token(s, *target, pos);
   auto base = s.base_source("UPDATE");
   EditState& ed = s.edits();
@@ -585,7 +586,7 @@ std::optional<KnnMatch> knn_lookup(Session& s, const ForwardRun& run, const std:
     if (cos < kKnnThreshold) continue;
     const bool mentioned = lp.find(lower(f.entity)) != std::string::npos;
     if (verify && !mentioned) {
-      if (!best || !best->refused) best = KnnMatch{i, cos, true};
+      if (!best || (best->refused && cos > best->cosine)) best = KnnMatch{i, cos, true};
       continue;
     }
     if (!best || best->refused || cos > best->cosine) best = KnnMatch{i, cos, false};
