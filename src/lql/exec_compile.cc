@@ -1,5 +1,5 @@
 // COMPILE CURRENT | "path" INTO VINDEX "out": the vindex in use with the session's edits baked in
-// (docs/lql.md "COMPILE"). Built in a staging directory beside the output, fsynced and renamed
+// (docs/lql.md "Knowledge edits"). Built in a staging directory beside the output, fsynced and renamed
 // into place; unchanged files are hard-linked (copied where links fail); only the files an edit
 // changes are rewritten: ffn_weights.bin (the tensors the overlay replaced), gate_vectors.bin
 // (the edited rows), down_meta.bin (the records of the features whose down column changed), the
