@@ -88,6 +88,8 @@ struct InferStmt {
   std::string prompt;
   std::optional<int64_t> top;
   bool compare = false;
+  bool verify = true;                    ///< VERIFY ON (default) | OFF: KNN facts need their entity in the prompt
+  bool verify_given = false;             ///< the VERIFY clause was written
 };
 struct TraceStmt {
   std::string prompt;
@@ -96,8 +98,10 @@ struct TraceStmt {
   bool all_positions = false;            ///< POSITIONS ALL (default: the last)
   bool decompose = false;
 };
+enum class InsertMode { Compose, Knn };
 struct InsertStmt {
   std::string entity, relation, target;
+  std::optional<InsertMode> mode;        ///< MODE COMPOSE (the default) | MODE KNN
   std::optional<int64_t> layer;
   std::optional<double> confidence;
   std::optional<double> alpha;

@@ -5,6 +5,7 @@
 
 #include "inference/forward.h"
 #include "inference/kv_cache.h"
+#include "lql/edits.h"
 #include "lql/exec_internal.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -172,9 +173,29 @@ Table exec_infer(Session& s, const InferStmt& st, Pos pos) {
   t.columns = {{"rank", Column::Type::Int}, {"token"}, {"token_id", Column::Type::Int},
                {"probability", Column::Type::Float, 4}, {"logit", Column::Type::Float, 3}};
   int64_t rank = 1;
-  for (int64_t id : top_ids(run.last_logits, static_cast<size_t>(st.top.value_or(5))))
+  const size_t top = static_cast<size_t>(st.top.value_or(5));
+  // The KNN store (INSERT ... MODE KNN): a fact whose key matches puts its target first.
+  const auto knn = knn_lookup(s, run, st.prompt, st.verify);
+  if (knn) {
+    const KnnFact& f = s.edits().knn[knn->fact];
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.3f", knn->cosine);
+    if (knn->refused) {
+      t.notes.push_back("KNN fact " + f.entity + " -[" + f.relation + "]-> " + f.target + " matched (cosine " + buf +
+                        ") but the prompt does not mention \"" + f.entity + "\": not used (VERIFY OFF uses it)");
+    } else {
+      t.notes.push_back("KNN store: " + f.entity + " -[" + f.relation + "]-> " + f.target + " (cosine " + buf + ", layer " +
+                        std::to_string(f.layer) + ") answers first");
+      t.rows.push_back({rank++, s.token_text(f.target_id), f.target_id, f.confidence,
+                        static_cast<double>(run.last_logits[static_cast<size_t>(f.target_id)])});
+    }
+  }
+  for (int64_t id : top_ids(run.last_logits, top + 1)) {
+    if (t.rows.size() >= top) break;
+    if (knn && !knn->refused && id == s.edits().knn[knn->fact].target_id) continue;
     t.rows.push_back({rank++, s.token_text(id), id, p[static_cast<size_t>(id)],
                       static_cast<double>(run.last_logits[static_cast<size_t>(id)])});
+  }
   return t;
 }
 

@@ -78,4 +78,26 @@ struct ForwardRun {
 /// every position with all_positions). Errors: the model's; InvalidArgument for an empty prompt.
 ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions, const std::string& what);
 
+// Knowledge edits (exec_edit.cc, exec_compile.cc; docs/lql.md "Knowledge edits").
+/// "The {relation, '-' and '_' as blanks} of {entity} is": the prompt a fact is installed on.
+std::string canonical_prompt(const std::string& relation, const std::string& entity);
+/// The first token of " " + target. Errors: InvalidArgument when it has no tokens.
+int64_t target_token(Session& s, const std::string& target, Pos pos);
+Table exec_insert(Session& s, const InsertStmt& st, Pos pos);
+Table exec_update(Session& s, const UpdateStmt& st, Pos pos);
+Table exec_delete(Session& s, const DeleteStmt& st, Pos pos);
+Table exec_patch(Session& s, const PatchStmt& st, Pos pos);
+Table exec_show_patches(Session& s);
+Table exec_compile(Session& s, const CompileStmt& st, Pos pos);
+/// A KNN fact's key matches when the cosine of the prompt's FFN input at the fact's layer and
+/// the key is at least this.
+inline constexpr double kKnnThreshold = 0.9;
+struct KnnMatch {
+  size_t fact = 0;       ///< index into EditState::knn
+  double cosine = 0;
+  bool refused = false;  ///< matched, but the prompt does not mention the fact's entity (VERIFY ON)
+};
+/// The best KNN fact for a forward run of `prompt`; nullopt when none matches.
+std::optional<KnnMatch> knn_lookup(Session& s, const ForwardRun& run, const std::string& prompt, bool verify);
+
 }  // namespace larql::lql::detail

@@ -205,7 +205,7 @@ Table run_statement(Session& s, const Statement& st) {
             case ShowStmt::What::Features: return detail::exec_show_features(s, b, pos);
             case ShowStmt::What::Entities: return detail::exec_show_entities(s, b, pos);
             case ShowStmt::What::Relations: return detail::exec_show_relations(s, b, pos);
-            case ShowStmt::What::Patches: not_built("SHOW PATCHES", pos, "patches come with issue 11 part 3");
+            case ShowStmt::What::Patches: return detail::exec_show_patches(s);
           }
           not_built("SHOW", pos);
         } else if constexpr (std::is_same_v<T, StatsStmt>) {
@@ -223,21 +223,18 @@ Table run_statement(Session& s, const Statement& st) {
         } else if constexpr (std::is_same_v<T, TraceStmt>) {
           return detail::exec_trace(s, b, pos);
         } else if constexpr (std::is_same_v<T, InsertStmt>) {
-          not_built("INSERT", pos, "knowledge edits come with issue 11 part 3");
+          return detail::exec_insert(s, b, pos);
         } else if constexpr (std::is_same_v<T, UpdateStmt>) {
-          not_built("UPDATE", pos, "knowledge edits come with issue 11 part 3");
+          return detail::exec_update(s, b, pos);
         } else if constexpr (std::is_same_v<T, DeleteStmt>) {
-          not_built("DELETE", pos, "knowledge edits come with issue 11 part 3");
+          return detail::exec_delete(s, b, pos);
         } else if constexpr (std::is_same_v<T, PatchStmt>) {
-          const char* op = b.op == PatchStmt::Op::Begin  ? "BEGIN PATCH"
-                           : b.op == PatchStmt::Op::Save ? "SAVE PATCH"
-                           : b.op == PatchStmt::Op::Apply ? "APPLY PATCH"
-                                                          : "REMOVE PATCH";
-          not_built(op, pos, "patches come with issue 11 part 3");
+          return detail::exec_patch(s, b, pos);
         } else if constexpr (std::is_same_v<T, DiffStmt>) {
           not_built("DIFF", pos);
         } else if constexpr (std::is_same_v<T, CompileStmt>) {
-          not_built(b.into_model ? "COMPILE INTO MODEL" : "COMPILE INTO VINDEX", pos);
+          if (b.into_model) not_built("COMPILE INTO MODEL", pos);
+          return detail::exec_compile(s, b, pos);
         }
       },
       st.body);

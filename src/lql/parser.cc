@@ -20,7 +20,8 @@ const std::vector<std::string_view> kKeywords = {
     "LIMIT",    "MODEL",    "MODELS",    "NEAREST", "NOT",      "ONLY",    "OR",        "ORDER",     "OUTPUT",
     "PATCH",    "PATCHES",  "POSITIONS", "RAW",     "RELATION", "RELATIONS", "REMOVE", "SAVE",      "SELECT",
     "SET",      "SHOW",     "STATS",     "SYNTAX",  "TO",       "TOP",     "TRACE",     "UPDATE",    "USE",
-    "VALUES",   "VERBOSE",  "VINDEX",    "WALK",    "WHERE",    "WITH",    "LAST"};
+    "VALUES",   "VERBOSE",  "VINDEX",    "WALK",    "WHERE",    "WITH",    "LAST",
+    "MODE",     "KNN",      "COMPOSE",   "VERIFY",  "ON",       "OFF"};
 
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -492,6 +493,12 @@ class Parser {
       } else if (accept_word("COMPARE")) {
         once(seen, "COMPARE", p);
         s.compare = true;
+      } else if (accept_word("VERIFY")) {
+        once(seen, "VERIFY", p);
+        s.verify_given = true;
+        if (accept_word("ON")) s.verify = true;
+        else if (accept_word("OFF")) s.verify = false;
+        else fail_expected("ON or OFF");
       } else {
         break;
       }
@@ -560,6 +567,11 @@ class Parser {
       } else if (accept_word("ALPHA")) {
         once(seen, "ALPHA", p);
         s.alpha = expect_number("ALPHA");
+      } else if (accept_word("MODE")) {
+        once(seen, "MODE", p);
+        if (accept_word("KNN")) s.mode = InsertMode::Knn;
+        else if (accept_word("COMPOSE")) s.mode = InsertMode::Compose;
+        else fail_expected("KNN or COMPOSE");
       } else {
         break;
       }

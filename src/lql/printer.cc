@@ -142,7 +142,8 @@ std::string to_lql(const Statement& st) {
           if (b.order_by) out += " ORDER BY " + *b.order_by + (b.descending ? " DESC" : " ASC");
           return out + limit(b.limit);
         } else if constexpr (std::is_same_v<T, InferStmt>) {
-          return "INFER " + quote(b.prompt) + top(b.top) + (b.compare ? " COMPARE" : "");
+          return "INFER " + quote(b.prompt) + top(b.top) + (b.compare ? " COMPARE" : "") +
+                 (b.verify_given ? (b.verify ? " VERIFY ON" : " VERIFY OFF") : "");
         } else if constexpr (std::is_same_v<T, TraceStmt>) {
           return "TRACE " + quote(b.prompt) + (b.target ? " FOR " + quote(*b.target) : std::string()) +
                  (b.layers ? " LAYERS " + range(*b.layers) : std::string()) +
@@ -151,7 +152,8 @@ std::string to_lql(const Statement& st) {
           return "INSERT INTO EDGES (entity, relation, target) VALUES (" + quote(b.entity) + ", " + quote(b.relation) +
                  ", " + quote(b.target) + ")" + (b.layer ? " AT LAYER " + std::to_string(*b.layer) : std::string()) +
                  (b.confidence ? " CONFIDENCE " + number(*b.confidence) : std::string()) +
-                 (b.alpha ? " ALPHA " + number(*b.alpha) : std::string());
+                 (b.alpha ? " ALPHA " + number(*b.alpha) : std::string()) +
+                 (b.mode ? (*b.mode == InsertMode::Knn ? " MODE KNN" : " MODE COMPOSE") : "");
         } else if constexpr (std::is_same_v<T, UpdateStmt>) {
           std::string out = "UPDATE EDGES SET ";
           for (size_t i = 0; i < b.set.size(); ++i) out += (i ? ", " : "") + b.set[i].field + " = " + value(b.set[i].value);

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include "lql/edits.h"
 #include "model/model.h"
+#include "model/vindex_source.h"
+#include "util/half.h"
 #include "quant/quant.h"
 #include "tokenizer/hf_json.h"
 #include "util/error.h"
@@ -23,6 +26,9 @@ struct Session::Open {
   std::optional<vindex::FeatureLabels> labels;
   std::optional<Tokenizer> tokenizer;
   std::shared_ptr<const Model> model;
+  std::shared_ptr<const WeightSource> base;
+  std::map<int64_t, std::vector<uint8_t>> gate_copies;  ///< layer -> its gate rows with edits
+  std::unique_ptr<EditState> edits = std::make_unique<EditState>();
 };
 
 namespace {
@@ -66,6 +72,17 @@ void Session::use(const std::string& dir) {
   if (ix.checksums.count("down_meta.bin") != 0 || fs::exists(dm)) o->down_meta = vindex::DownMetaFile::open(dm.string());
   if (ix.checksums.count("feature_labels.json") != 0 || fs::exists(fs::path(dir) / "feature_labels.json"))
     o->labels = vindex::read_feature_labels(dir);
+  // KNN facts a COMPILE baked into this vindex (lql/exec_compile.cc).
+  const fs::path knn = fs::path(dir) / "knn_facts.vlp";
+  if (fs::exists(knn)) {
+    Patch p = load_patch(knn.string(), PatchLimits{ix.num_layers, ix.intermediate_size, ix.hidden_size, ix.vocab_size});
+    for (const auto& op : p.ops)
+      if (op.kind != PatchOp::Kind::InsertKnn)
+        throw Error(ErrorKind::Format, knn.string() + ": holds a " + op_name(op.kind) + " op; only insert_knn belongs there");
+    NamedPatch np{knn.string(), std::move(p)};
+    for (const auto& op : np.patch.ops) o->edits->apply(nullptr, op);
+    o->edits->applied.push_back(std::move(np));
+  }
   open_ = std::move(o);
 }
 
@@ -106,7 +123,8 @@ TensorView Session::gate(int64_t layer) const {
   v.type = open_->dtype;
   v.rows = s.num_features;
   v.cols = ix.hidden_size;
-  v.data = open_->gates.data() + s.offset;
+  auto copy = open_->gate_copies.find(layer);
+  v.data = copy != open_->gate_copies.end() ? copy->second.data() : open_->gates.data() + s.offset;
   v.row_bytes = static_cast<size_t>(ix.hidden_size) * static_cast<size_t>(vindex::dtype_size(ix.dtype));
   return v;
 }
@@ -218,8 +236,41 @@ std::shared_ptr<const Model> Session::model(const std::string& what) {
     throw Error(ErrorKind::Unsupported, what + " needs a vindex with model weights; " + open_->dir +
                                             " was extracted at level " + vindex::extract_level_name(ix.extract_level) +
                                             " (larql extract MODEL -o X.vindex --level inference)");
-  if (!open_->model) open_->model = Model::load(open_->dir);
+  if (!open_->model) open_->model = Model::load(base_source(what));
   return open_->model;
+}
+
+std::shared_ptr<const WeightSource> Session::base_source(const std::string& what) {
+  const auto& ix = index();
+  if (!runs_model())
+    throw Error(ErrorKind::Unsupported, what + " needs a vindex with model weights; " + open_->dir +
+                                            " was extracted at level " + vindex::extract_level_name(ix.extract_level) +
+                                            " (larql extract MODEL -o X.vindex --level inference)");
+  if (!open_->base) open_->base = VindexSource::open(open_->dir);
+  return open_->base;
+}
+
+void Session::set_weights(std::shared_ptr<const WeightSource> source,
+                          const std::map<std::pair<int64_t, int64_t>, std::vector<float>>& gate_rows) {
+  const auto& ix = index();
+  open_->model = Model::load(source ? source : base_source("an edit"));
+  open_->gate_copies.clear();
+  const size_t esize = static_cast<size_t>(vindex::dtype_size(ix.dtype));
+  const size_t rb = static_cast<size_t>(ix.hidden_size) * esize;
+  for (const auto& [key, row] : gate_rows) {
+    const auto [layer, feature] = key;
+    if (layer < 0 || layer >= static_cast<int64_t>(ix.layers.size())) continue;
+    const auto& slot = ix.layers[static_cast<size_t>(layer)];
+    if (feature < 0 || feature >= slot.num_features || static_cast<int64_t>(row.size()) != ix.hidden_size) continue;
+    auto& copy = open_->gate_copies[layer];
+    if (copy.empty()) copy.assign(open_->gates.data() + slot.offset, open_->gates.data() + slot.offset + slot.length);
+    quant::quantize_row(open_->dtype, row.data(), copy.data() + static_cast<size_t>(feature) * rb, ix.hidden_size);
+  }
+}
+
+EditState& Session::edits() {
+  index();
+  return *open_->edits;
 }
 
 }  // namespace larql::lql

@@ -23,9 +23,12 @@
 
 namespace larql {
 class Model;
+class WeightSource;
 }
 
 namespace larql::lql {
+
+class EditState;
 
 struct SessionOptions {
   int threads = 0;                 ///< the compute pool's threads; 0: one per core
@@ -97,6 +100,16 @@ class Session {
   /// Whether the vindex runs a model (level inference or above, with weights): what WALK's
   /// choice of query and every forward-pass statement depend on.
   bool runs_model() const;
+
+  /// The vindex's own weights (VindexSource), opened on first use. Errors: as model().
+  std::shared_ptr<const WeightSource> base_source(const std::string& what);
+  /// Run the model on `source` from now on (an OverlaySource carrying edits; nullptr: the base),
+  /// and show `gate_rows` ((layer, feature) -> [hidden] floats) in gate() in place of the stored
+  /// rows, so gate-KNN scans see edited features. Errors: Model::load's.
+  void set_weights(std::shared_ptr<const WeightSource> source,
+                   const std::map<std::pair<int64_t, int64_t>, std::vector<float>>& gate_rows);
+  /// The knowledge edits of the vindex in use (lql/edits.h); reset by USE.
+  EditState& edits();
 
  private:
   struct Open;

@@ -244,17 +244,13 @@ TEST_F(Fixture, EntitiesAreCapitalisedWords) {
 
 TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"INSERT INTO EDGES (entity, relation, target) VALUES ('a', 'b', 'c')", "INSERT is not built yet (1:1)"},
-      {"UPDATE EDGES SET target = 'x' WHERE entity = 'a'", "UPDATE is not built yet"},
-      {"DELETE FROM EDGES WHERE entity = 'a'", "DELETE is not built yet"},
-      {"BEGIN PATCH 'p.vlp'", "BEGIN PATCH is not built yet"},
-      {"SAVE PATCH", "SAVE PATCH is not built yet"},
-      {"APPLY PATCH 'p.vlp'", "APPLY PATCH is not built yet"},
-      {"REMOVE PATCH 'p.vlp'", "REMOVE PATCH is not built yet"},
+      {"INSERT INTO EDGES (entity, relation, target) VALUES ('a', 'b', 'c')", "INSERT at 1:1 needs a vindex with model weights"},
+      {"UPDATE EDGES SET target = 'x' WHERE entity = 'a'", "UPDATE with this WHERE is not built yet (1:1)"},
+      {"DELETE FROM EDGES WHERE entity = 'a'", "DELETE with this WHERE is not built yet (1:1)"},
+      {"DELETE FROM EDGES WHERE layer = 1 AND feature = 2", "DELETE at 1:1 needs a vindex with model weights"},
+      {"APPLY PATCH 'p.vlp'", "APPLY PATCH at 1:1 needs a vindex with model weights"},
       {"DIFF CURRENT 'b.vindex'", "DIFF is not built yet"},
-      {"COMPILE CURRENT INTO VINDEX 'x.vindex'", "COMPILE INTO VINDEX is not built yet"},
       {"COMPILE CURRENT INTO MODEL 'x.gguf'", "COMPILE INTO MODEL is not built yet"},
-      {"SHOW PATCHES", "SHOW PATCHES is not built yet"},
       {"WALK 'xy' COMPARE", "WALK ... COMPARE is not built yet"},
       {"EXPLAIN INFER 'xy' WITH ATTENTION", "WITH ATTENTION is not built yet"},
       {"INFER 'xy' COMPARE", "INFER ... COMPARE is not built yet"},
@@ -262,7 +258,16 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
   };
   for (const auto& [src, needle] : cases) EXPECT_NE(error_of(src).find(needle), std::string::npos) << src;
   // A statement in a pipeline is rejected at its own position.
-  EXPECT_NE(error_of("STATS |> SAVE PATCH").find("(1:10)"), std::string::npos);
+  EXPECT_NE(error_of("STATS |> SAVE PATCH", ErrorKind::InvalidArgument).find("SAVE PATCH at 1:10: no patch is being recorded"),
+            std::string::npos);
+  EXPECT_NE(error_of("REMOVE PATCH 'p.vlp'", ErrorKind::NotFound).find("REMOVE PATCH at 1:1: no patch \"p.vlp\""),
+            std::string::npos);
+  // Recording needs no weights; SHOW PATCHES lists the recording.
+  run("BEGIN PATCH 'p.vlp'");
+  const Table p = run("SHOW PATCHES");
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(p.rows[0][1]), "p.vlp");
+  EXPECT_EQ(std::get<std::string>(p.rows[0][2]), "recording");
   // The forward pass needs weights: a browse vindex says so.
   for (const std::string src : {"INFER 'xy'", "TRACE 'xy'", "EXPLAIN INFER 'xy'"})
     EXPECT_NE(error_of(src).find("needs a vindex with model weights"), std::string::npos) << src;

@@ -152,3 +152,25 @@ TEST(ParserTest, ErrorsSayWhatWasExpectedWhere) {
 
 }  // namespace
 }  // namespace larql::lql
+
+namespace larql::lql {
+namespace {
+
+TEST(ParserTest, InsertModeAndInferVerify) {
+  const std::string ins = "INSERT INTO EDGES (entity, relation, target) VALUES (\"A\", \"r\", \"T\")";
+  EXPECT_FALSE(one<InsertStmt>(ins).mode.has_value());  // the executor's default: COMPOSE
+  EXPECT_EQ(one<InsertStmt>(ins + " MODE KNN").mode.value(), InsertMode::Knn);
+  EXPECT_EQ(one<InsertStmt>(ins + " mode compose AT LAYER 3").mode.value(), InsertMode::Compose);
+  const auto both = one<InsertStmt>(ins + " AT LAYER 4 MODE KNN CONFIDENCE 0.5");
+  EXPECT_EQ(both.layer.value(), 4);
+  EXPECT_EQ(both.mode.value(), InsertMode::Knn);
+  EXPECT_NE(error_of(ins + " MODE FAST").find("expected KNN or COMPOSE at 1:74"), std::string::npos) << error_of(ins + " MODE FAST");
+  EXPECT_NE(error_of(ins + " MODE KNN MODE KNN").find("MODE given twice at 1:78"), std::string::npos) << error_of(ins + " MODE KNN MODE KNN");
+  EXPECT_TRUE(one<InferStmt>("INFER \"x\"").verify);
+  EXPECT_FALSE(one<InferStmt>("INFER \"x\" VERIFY OFF TOP 3").verify);
+  EXPECT_TRUE(one<InferStmt>("INFER \"x\" VERIFY ON").verify_given);
+  EXPECT_NE(error_of("INFER \"x\" VERIFY MAYBE").find("expected ON or OFF at 1:18"), std::string::npos) << error_of("INFER \"x\" VERIFY MAYBE");
+}
+
+}  // namespace
+}  // namespace larql::lql

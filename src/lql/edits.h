@@ -1,0 +1,67 @@
+// The knowledge edits of an LQL session (docs/lql.md "Knowledge edits"): the patches applied, in
+// order, and the one being recorded; from them, the weight overlay the model runs (COMPOSE
+// inserts, updates, deletes: FFN features rewritten, model/overlay_source.h) and the KNN store
+// (KNN inserts, consulted by INFER). Removing a patch rebuilds both from the base and the
+// remaining patches, so the result is bit for bit what it was before that patch.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lql/patch.h"
+
+namespace larql {
+class WeightSource;
+class OverlaySource;
+}
+
+namespace larql::lql {
+
+/// One fact of the KNN store.
+struct KnnFact {
+  int64_t layer = 0;
+  std::vector<float> key;  ///< the FFN-input residual, L2-normalised [hidden]
+  int64_t target_id = 0;
+  std::string entity, relation, target;
+  double confidence = 1.0;
+};
+
+/// A patch in the stack: its name (the file it came from, or BEGIN PATCH's name) and its ops.
+struct NamedPatch {
+  std::string name;
+  Patch patch;
+};
+
+class EditState {
+ public:
+  std::vector<NamedPatch> applied;       ///< APPLY PATCH order
+  std::optional<NamedPatch> recording;   ///< BEGIN PATCH (or the first edit): live, applied last
+  bool anonymous = false;                ///< the recording was started by an edit, not BEGIN PATCH
+
+  /// The overlay that carries every applied op (nullptr: none touches the weights).
+  std::shared_ptr<OverlaySource> overlay;
+  /// Edited gate rows (layer, feature) -> [hidden], as the overlay stores them (dequantised).
+  std::map<std::pair<int64_t, int64_t>, std::vector<float>> gate_rows;
+  /// (layer, feature) slots written by a COMPOSE insert, update or delete.
+  std::set<std::pair<int64_t, int64_t>> touched;
+  /// Per layer, the down columns whose stored values changed (down_meta must be recomputed).
+  std::map<int64_t, std::set<int64_t>> down_changed;
+  std::vector<KnnFact> knn;
+  /// Rows clamped while writing down columns, over all ops (FeatureEditReport::clamped).
+  int64_t clamped = 0;
+
+  /// Apply one op on top of the current state. Errors: OverlaySource's.
+  void apply(const std::shared_ptr<const WeightSource>& base, const PatchOp& op);
+  /// Clear everything derived and re-apply every applied patch and the recording, in order.
+  void rebuild(const std::shared_ptr<const WeightSource>& base);
+  /// Every op of the stack, in order.
+  size_t op_count() const;
+  bool empty() const { return applied.empty() && (!recording || recording->patch.ops.empty()); }
+};
+
+}  // namespace larql::lql

@@ -1,0 +1,250 @@
+// COMPILE CURRENT | "path" INTO VINDEX "out": the vindex in use with the session's edits baked in
+// (docs/lql.md "Knowledge edits"). Built in a staging directory beside the output, fsynced and renamed
+// into place; unchanged files are hard-linked (copied where links fail); only the files an edit
+// changes are rewritten: ffn_weights.bin (the tensors the overlay replaced), gate_vectors.bin
+// (the edited rows), down_meta.bin (the records of the features whose down column changed), the
+// KNN facts as knn_facts.vlp, and index.json's checksums.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <map>
+#include <unistd.h>
+
+#include "compute/top_k_rows.h"
+#include "lql/edits.h"
+#include "lql/exec_internal.h"
+#include "model/model.h"
+#include "model/overlay_source.h"
+#include "model/vindex_source.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/mmap.h"
+#include "vindex/sha256.h"
+
+namespace larql::lql::detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A file of `size` bytes: the source's bytes with the given ranges replaced.
+struct Splice {
+  uint64_t offset = 0;
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+};
+
+void write_spliced(const std::string& src, const std::string& dst, std::vector<Splice> splices) {
+  MappedFile in = MappedFile::open(src);
+  std::sort(splices.begin(), splices.end(), [](const Splice& a, const Splice& b) { return a.offset < b.offset; });
+  AtomicWriter out(dst, "COMPILE");
+  uint64_t at = 0;
+  for (const auto& s : splices) {
+    if (s.offset < at || s.offset + s.size > in.size())
+      throw Error(ErrorKind::Format, src + ": an edited range [" + std::to_string(s.offset) + ", " +
+                                         std::to_string(s.offset + s.size) + ") is outside the file or overlaps another");
+    out.write(in.data() + at, s.offset - at);
+    out.write(s.data, s.size);
+    at = s.offset + s.size;
+  }
+  out.write(in.data() + at, in.size() - at);
+  out.commit();
+}
+
+void link_or_copy(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::create_hard_link(from, to, ec);
+  if (!ec) return;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw Error(ErrorKind::Io, "COMPILE: copying " + from.string() + " to " + to.string() + ": " + ec.message());
+  std::ifstream probe(to);  // the copy is fsynced with the directory below
+}
+
+bool decodes_to_nothing(const Tokenizer& tok, int32_t id) {
+  for (unsigned char c : tok.decode({id}, true))
+    if (!std::isspace(c)) return false;
+  return true;
+}
+
+}  // namespace
+
+Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
+  const fs::path src = fs::path(s.path());
+  if (!st.source.current) {
+    std::error_code ec;
+    if (!fs::equivalent(st.source.path, src, ec))
+      not_built("COMPILE \"" + st.source.path + "\" INTO VINDEX", pos,
+                "COMPILE bakes the session's edits into the vindex in use (" + src.string() + "); USE the other one first");
+  }
+  if (st.path.empty()) throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": the output path is empty");
+  const fs::path out = fs::weakly_canonical(fs::absolute(st.path));
+  const fs::path csrc = fs::weakly_canonical(fs::absolute(src));
+  {
+    std::error_code ec;
+    if (out == csrc || fs::equivalent(out, csrc, ec))
+      throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": the output " + st.path + " is the source vindex");
+    const auto rel = out.lexically_relative(csrc);
+    if (!rel.empty() && *rel.begin() != "..")
+      throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": the output " + st.path + " is inside the source vindex");
+    if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+      throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": " + st.path + " exists and is not a directory");
+    if (!fs::is_directory(out.parent_path(), ec))
+      throw Error(ErrorKind::NotFound, "COMPILE at " + pos.str() + ": no directory " + out.parent_path().string());
+  }
+  EditState& ed = s.edits();
+  vindex::VindexIndex ix = s.index();
+  const fs::path staging = out.parent_path() / ("." + out.filename().string() + ".tmp." + std::to_string(::getpid()));
+  struct Cleanup {
+    fs::path p;
+    bool keep = false;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!keep) fs::remove_all(p, ec);
+    }
+  } cleanup{staging};
+  fs::remove_all(staging);
+  fs::create_directories(staging);
+  std::set<std::string> rewritten;
+  int64_t tensors = 0, rows = 0, records = 0;
+  // ffn_weights.bin (and any file holding a replaced tensor): splice the overlay's bytes in at
+  // the manifest's offsets.
+  if (ed.overlay && !ed.overlay->replaced().empty()) {
+    const std::string manifest_text = [&] {
+      std::ifstream f(src / "weight_manifest.json");
+      return std::string(std::istreambuf_iterator<char>(f), {});
+    }();
+    const auto manifest = nlohmann::json::parse(manifest_text);
+    std::map<std::string, std::vector<Splice>> by_file;
+    for (const auto& [role, layer] : ed.overlay->replaced()) {
+      const auto t = ed.overlay->tensor(role, layer);
+      bool found = false;
+      for (const auto& e : manifest)
+        if (e.value("role", "") == tensor_role_name(role) && e.value("layer", int64_t{-2}) == layer) {
+          by_file[e.at("file").get<std::string>()].push_back({e.at("offset").get<uint64_t>(), t->data, t->nbytes});
+          found = true;
+        }
+      if (!found) throw Error(ErrorKind::Format, src.string() + "/weight_manifest.json: no entry for " + t->name);
+      ++tensors;
+    }
+    for (auto& [file, sp] : by_file) {
+      write_spliced((src / file).string(), (staging / file).string(), sp);
+      rewritten.insert(file);
+    }
+  }
+  // gate_vectors.bin: the layers with edited rows, as Session::gate shows them.
+  if (!ed.gate_rows.empty()) {
+    std::set<int64_t> layers;
+    for (const auto& [k, v] : ed.gate_rows) layers.insert(k.first), ++rows;
+    std::vector<Splice> sp;
+    for (int64_t l : layers) {
+      const TensorView g = s.gate(l);
+      const auto& slot = ix.layers[static_cast<size_t>(l)];
+      sp.push_back({slot.offset, g.data, slot.length});
+    }
+    write_spliced((src / "gate_vectors.bin").string(), (staging / "gate_vectors.bin").string(), sp);
+    rewritten.insert("gate_vectors.bin");
+  }
+  // down_meta.bin: recompute the records of the features whose down column changed.
+  const auto* dm = s.down_meta();
+  bool any_down = false;
+  for (const auto& [l, fs_] : ed.down_changed) any_down |= !fs_.empty();
+  if (dm && any_down) {
+    auto model = s.model("COMPILE");
+    const Tokenizer& tok = s.tokenizer();
+    const TensorView& emb = model->weights().token_embd;
+    std::vector<uint8_t> skip(static_cast<size_t>(emb.rows), 0);
+    for (int64_t t = 0; t < emb.rows && t < tok.vocab_size(); ++t)
+      skip[static_cast<size_t>(t)] = decodes_to_nothing(tok, static_cast<int32_t>(t)) ? 1 : 0;
+    compute::TopKOptions topt;
+    topt.top_k = static_cast<int>(dm->top_k());
+    topt.skip = &skip;
+    const uint64_t rec = 8 + 8ull * dm->top_k();
+    std::vector<uint64_t> layer_off(dm->num_layers());
+    uint64_t off = 16;
+    for (uint32_t l = 0; l < dm->num_layers(); ++l) {
+      layer_off[l] = off + 4;
+      off += 4 + rec * dm->num_features(l);
+    }
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<Splice> sp;
+    for (const auto& [l, feats] : ed.down_changed) {
+      if (feats.empty() || l >= dm->num_layers()) continue;
+      const std::vector<int64_t> fv(feats.begin(), feats.end());
+      std::vector<float> cols(fv.size() * static_cast<size_t>(ix.hidden_size));
+      std::vector<float> col;
+      for (size_t i = 0; i < fv.size(); ++i) {
+        ed.overlay->ffn_feature(l, fv[i], nullptr, nullptr, &col);
+        std::copy(col.begin(), col.end(), cols.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(ix.hidden_size)));
+      }
+      const auto top = compute::top_k_rows(s.pool(), emb, cols.data(), static_cast<int64_t>(fv.size()), topt);
+      for (size_t i = 0; i < fv.size(); ++i) {
+        if (fv[i] >= dm->num_features(static_cast<uint32_t>(l))) continue;
+        std::vector<uint8_t> b(rec, 0);
+        auto put = [&](size_t at, uint32_t tokid, float score) {
+          std::memcpy(b.data() + at, &tokid, 4);
+          std::memcpy(b.data() + at + 4, &score, 4);
+        };
+        const auto* first = &top[i * dm->top_k()];
+        put(0, static_cast<uint32_t>(first[0].row), first[0].score);
+        for (uint32_t k = 0; k < dm->top_k(); ++k) put(8 + 8 * k, static_cast<uint32_t>(first[k].row), first[k].score);
+        bufs.push_back(std::move(b));
+        sp.push_back({layer_off[static_cast<size_t>(l)] + rec * static_cast<uint64_t>(fv[i]), nullptr, rec});
+        ++records;
+      }
+    }
+    for (size_t i = 0; i < sp.size(); ++i) sp[i].data = bufs[i].data();
+    write_spliced((src / "down_meta.bin").string(), (staging / "down_meta.bin").string(), sp);
+    rewritten.insert("down_meta.bin");
+  }
+  // The KNN facts travel as a patch of insert_knn ops, loaded by USE.
+  if (!ed.knn.empty()) {
+    Patch p;
+    p.base_model = ix.model;
+    p.description = "KNN facts compiled from " + src.string();
+    for (const auto& f : ed.knn) {
+      PatchOp o;
+      o.kind = PatchOp::Kind::InsertKnn;
+      o.layer = f.layer;
+      o.entity = f.entity;
+      o.relation = f.relation;
+      o.target = f.target;
+      o.target_id = f.target_id;
+      o.confidence = f.confidence;
+      o.key = f.key;
+      p.ops.push_back(std::move(o));
+    }
+    save_patch((staging / "knn_facts.vlp").string(), p);
+    rewritten.insert("knn_facts.vlp");
+  }
+  // Everything else: hard links.
+  for (const auto& e : fs::directory_iterator(src)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || name == "index.json" || rewritten.count(name)) continue;
+    link_or_copy(e.path(), staging / name);
+  }
+  for (const auto& name : rewritten) ix.checksums[name] = vindex::sha256_file((staging / name).string());
+  vindex::write_index(staging.string(), ix);
+  fsync_directory(staging.string());
+  replace_directory(staging.string(), out.string());
+  cleanup.keep = true;
+  Table t;
+  t.statement = "COMPILE";
+  t.title = "Compiled " + src.string() + " -> " + out.string();
+  t.columns = {{"key"}, {"value"}};
+  t.rows.push_back({std::string("operations"), std::to_string(ed.op_count())});
+  t.rows.push_back({std::string("tensors rewritten"), std::to_string(tensors)});
+  t.rows.push_back({std::string("gate rows rewritten"), std::to_string(rows)});
+  t.rows.push_back({std::string("down_meta records recomputed"), std::to_string(records)});
+  t.rows.push_back({std::string("knn facts"), std::to_string(ed.knn.size())});
+  std::string files;
+  for (const auto& n : rewritten) files += (files.empty() ? "" : ", ") + n;
+  t.rows.push_back({std::string("files rewritten"), files.empty() ? std::string("(none: a copy)") : files});
+  return t;
+}
+
+}  // namespace larql::lql::detail

@@ -1,0 +1,597 @@
+// Knowledge edits: INSERT (MODE COMPOSE / KNN), UPDATE, DELETE, BEGIN / SAVE / APPLY / REMOVE
+// PATCH, SHOW PATCHES, and the KNN store INFER consults (docs/lql.md "Knowledge edits").
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+
+#include <functional>
+#include "lql/edits.h"
+#include "lql/exec_internal.h"
+#include "model/model.h"
+#include "model/overlay_source.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "util/half.h"
+#include <cstring>
+#include "util/error.h"
+
+namespace larql::lql::detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+double dot(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+double norm(const std::vector<float>& v) { return std::sqrt(dot(v.data(), v.data(), static_cast<int64_t>(v.size()))); }
+
+// Decoys: prompts whose FFN input a COMPOSE gate must not fire on. Generic text, and the
+// canonical template over real entities (the fact's own relation and others), so that the gate
+// keeps what is particular to the new entity.
+const char* const kDecoys[] = {
+    "Once upon a time",         "The quick brown fox",        "To be or not to be",       "Water is a",
+    "A long time ago",          "In the beginning",           "The weather today is",     "She opened the door and",
+    "He looked at the sky",     "The children played in the", "The capital of France is", "The language of Japan is",
+    "The currency of Mexico is", "The author of Hamlet is",   "The color of the sky is",  "My favourite food is",
+    "The president of the United States is", "The largest planet is", "I went to the store to buy", "The answer is",
+    "Last night I dreamed that",  "The recipe for pancakes needs", "return x + y; }",          "Hello, how are you",
+    "The population of the city grew", "My dog likes to",     "The first thing you should do is", "According to the report,",
+    "The temperature dropped below", "She sang a song about",  "The best movie of the year was", "We drove through the mountains and",
+    "The number after seven is",  "In 1492, Columbus",         "The price of bread has",   "Please send me the",
+    "The teacher asked the students to", "The river flows into", "Scientists believe that the", "His favourite sport is",
+};
+const char* const kEntities[] = {"France", "Germany", "Japan", "Brazil", "Italy", "Canada", "Egypt", "India"};
+
+PatchLimits limits(Session& s) {
+  const auto& ix = s.index();
+  return PatchLimits{ix.num_layers, ix.intermediate_size, ix.hidden_size, ix.vocab_size};
+}
+
+void publish(Session& s) {
+  EditState& e = s.edits();
+  s.set_weights(e.overlay, e.gate_rows);
+}
+
+void record(Session& s, PatchOp op, std::vector<std::string>* notes) {
+  EditState& e = s.edits();
+  if (!e.recording) {
+    e.recording = NamedPatch{"", Patch{}};
+    e.anonymous = true;
+    notes->push_back("Auto-patch started (SAVE PATCH after BEGIN PATCH \"file.vlp\" keeps it; edits are lost on exit)");
+  }
+  e.apply(s.base_source("an edit"), op);
+  e.recording->patch.ops.push_back(std::move(op));
+  publish(s);
+}
+
+// The knowledge band's last layer (13 of Gemma 3 270M's 18): the last layer before the output
+// band, where one feature still moves the answer (layer 12 of 18 did not on that model: the
+// post-FFN norm caps what one layer's FFN adds, and later layers wash it out).
+int64_t default_layer(Session& s) {
+  const auto bands = s.bands();
+  auto it = bands.find("knowledge");
+  const int64_t n = s.index().num_layers;
+  if (it == bands.end()) return std::max<int64_t>(0, n - 5 * n / 18 - 1);
+  return it->second.last;
+}
+
+// The FFN input at `layer`, last position, of `prompt` under the current (edited) model.
+std::vector<float> ffn_in(Session& s, const std::string& prompt, int64_t layer) {
+  ForwardRun run = run_forward(s, prompt, false, "INSERT");
+  return std::move(run.rows.at(static_cast<size_t>(layer)).ffn_in);
+}
+
+double target_prob(Session& s, const std::string& prompt, int64_t target, bool* top1) {
+  const ForwardRun run = run_forward(s, prompt, false, "INSERT");
+  const auto& lg = run.last_logits;
+  double mx = -INFINITY, sum = 0;
+  for (float x : lg) mx = std::max(mx, static_cast<double>(x));
+  for (float x : lg) sum += std::exp(static_cast<double>(x) - mx);
+  *top1 = std::max_element(lg.begin(), lg.end()) - lg.begin() == target;
+  return std::exp(static_cast<double>(lg[static_cast<size_t>(target)]) - mx) / sum;
+}
+
+// The feature of `layer` that matters least: the smallest mean |activation| x |down column| over
+// the decoy prompts' FFN inputs (what replacing it takes away from ordinary text), among those
+// no edit has written.
+int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float>>& xs) {
+  auto model = s.model("INSERT");
+  const LayerWeights& w = model->weights().layers[static_cast<size_t>(layer)];
+  const int64_t ffn = w.w_gate.rows, hidden = w.w_gate.cols;
+  std::vector<double> use(static_cast<size_t>(ffn), 0.0), d(static_cast<size_t>(ffn), 0.0);
+  std::vector<float> g(static_cast<size_t>(hidden)), u(static_cast<size_t>(hidden)), row(static_cast<size_t>(ffn));
+  for (int64_t f = 0; f < ffn; ++f) {
+    quant::dequantize_row(w.w_gate.type, w.w_gate.row(f), g.data(), hidden);
+    quant::dequantize_row(w.w_up.type, w.w_up.row(f), u.data(), hidden);
+    for (const auto& x : xs) {
+      const double a = dot(g.data(), x.data(), hidden), b = dot(u.data(), x.data(), hidden);
+      const double gelu = 0.5 * a * (1.0 + std::tanh(0.7978845608 * (a + 0.044715 * a * a * a)));
+      use[static_cast<size_t>(f)] += std::fabs(gelu * b);
+    }
+  }
+  for (int64_t r = 0; r < w.w_down.rows; ++r) {
+    quant::dequantize_row(w.w_down.type, w.w_down.row(r), row.data(), ffn);
+    for (int64_t f = 0; f < ffn; ++f) d[static_cast<size_t>(f)] += static_cast<double>(row[static_cast<size_t>(f)]) * row[static_cast<size_t>(f)];
+  }
+  const auto& touched = s.edits().touched;
+  int64_t best = -1;
+  double best_v = INFINITY;
+  for (int64_t f = 0; f < ffn; ++f) {
+    if (touched.count({layer, f})) continue;
+    const double v = use[static_cast<size_t>(f)] * std::sqrt(d[static_cast<size_t>(f)]);
+    if (v < best_v) best_v = v, best = f;
+  }
+  if (best < 0) throw Error(ErrorKind::InvalidArgument, "INSERT: every feature of layer " + std::to_string(layer) + " is already edited");
+  return best;
+}
+
+// Per down row, the largest |value| the column can hold without touching the rest of its block:
+// for Q6_K, 31 steps of its 16-value sub-block's scale (OverlaySource keeps every scale); else the
+// block's largest |value|.
+std::vector<float> down_range(Session& s, int64_t layer, int64_t feature) {
+  auto model = s.model("INSERT");
+  const TensorView& dn = model->weights().layers[static_cast<size_t>(layer)].w_down;
+  const DTypeInfo& info = dtype_info(dn.type);
+  const int64_t bs = info.block_size, blk = feature / bs;
+  std::vector<float> vals(static_cast<size_t>(bs)), out(static_cast<size_t>(dn.rows));
+  for (int64_t r = 0; r < dn.rows; ++r) {
+    const uint8_t* b = dn.row(r) + static_cast<size_t>(blk) * info.type_size;
+    if (dn.type == DType::Q6_K) {
+      quant::detail::BlockQ6K q;
+      std::memcpy(&q, b, sizeof q);
+      const int64_t j = feature - blk * bs, k = j % 128;
+      const int si = static_cast<int>((j / 128) * 8 + (k % 32) / 16 + 2 * (k / 32));
+      out[static_cast<size_t>(r)] = 31.0f * std::fabs(f16_to_f32(q.d) * static_cast<float>(q.scales[si]));
+      continue;
+    }
+    quant::dequantize_row(dn.type, b, vals.data(), bs);
+    float m = 0;
+    for (float v : vals) m = std::max(m, std::fabs(v));
+    out[static_cast<size_t>(r)] = m;
+  }
+  return out;
+}
+
+// Edits rewrite the model's weights (or read its forward pass): a vindex without them is refused
+// up front, with the statement's position.
+void need_weights(Session& s, const std::string& what, Pos pos) {
+  if (!s.runs_model())
+    throw Error(ErrorKind::Unsupported, what + " at " + pos.str() + " needs a vindex with model weights; " + s.path() +
+                                            " was extracted at level " + vindex::extract_level_name(s.index().extract_level) +
+                                            " (larql extract MODEL -o X.vindex --level inference)");
+}
+
+}  // namespace
+
+std::string canonical_prompt(const std::string& relation, const std::string& entity) {
+  std::string r = relation;
+  for (char& c : r)
+    if (c == '-' || c == '_') c = ' ';
+  return "The " + r + " of " + entity + " is";
+}
+
+int64_t target_token(Session& s, const std::string& target, Pos pos) {
+  const std::string text = (!target.empty() && target.front() == ' ') ? target : " " + target;
+  auto ids = s.tokenizer().encode(text, false, false);
+  if (ids.empty()) ids = s.tokenizer().encode(target, false, false);
+  if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the target has no tokens");
+  return ids[0];
+}
+
+Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
+  const auto t0 = std::chrono::steady_clock::now();
+  need_weights(s, "INSERT", pos);
+  const InsertMode mode = st.mode.value_or(InsertMode::Compose);
+  const int64_t hidden = s.index().hidden_size;
+  const int64_t layer = st.layer.value_or(default_layer(s));
+  check_layer(s, layer, pos);
+  if (st.entity.empty()) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the entity is empty");
+  const std::string prompt = canonical_prompt(st.relation, st.entity);
+  const int64_t target = target_token(s, st.target, pos);
+  const double conf = st.confidence.value_or(1.0);
+  Table t;
+  t.statement = "INSERT";
+  t.columns = {{"entity"}, {"relation"}, {"target"}, {"target_id", Column::Type::Int}, {"mode"}, {"layer", Column::Type::Int},
+               {"feature", Column::Type::Int}, {"probability", Column::Type::Float, 4}, {"probes", Column::Type::Int},
+               {"ms", Column::Type::Float, 1}};
+  PatchOp op;
+  op.entity = st.entity;
+  op.relation = st.relation;
+  op.target = st.target;
+  op.target_id = target;
+  op.confidence = conf;
+  op.layer = layer;
+  if (mode == InsertMode::Knn) {
+    if (st.alpha) not_built("INSERT ... MODE KNN ... ALPHA", pos, "ALPHA scales a COMPOSE feature's output; a KNN fact has none");
+    op.kind = PatchOp::Kind::InsertKnn;
+    op.key = ffn_in(s, prompt, layer);
+    record(s, op, &t.notes);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    t.title = "Inserted: " + st.entity + " -[" + st.relation + "]-> " + st.target + " at L" + std::to_string(layer) +
+              " (KNN store: " + std::to_string(s.edits().knn.size()) + " facts)";
+    t.rows.push_back({st.entity, st.relation, st.target, target, std::string("knn"), layer, Cell{}, Cell{}, int64_t{0}, ms});
+    return t;
+  }
+  // COMPOSE: one FFN feature whose gate fires on this prompt's FFN input and whose down column
+  // writes the target's embedding direction.
+  const std::vector<float> x0 = ffn_in(s, prompt, layer);
+  std::vector<std::vector<float>> decoys;
+  for (const char* p : kDecoys) decoys.push_back(ffn_in(s, p, layer));
+  for (const char* e : kEntities)
+    if (lower(e) != lower(st.entity)) decoys.push_back(ffn_in(s, canonical_prompt(st.relation, e), layer));
+  // Earlier facts of this session: a new gate must not fire on their prompts either.
+  EditState& ed = s.edits();
+  auto each_insert = [&](auto fn) {
+    for (const auto& p : ed.applied)
+      for (const auto& o : p.patch.ops) fn(o);
+    if (ed.recording)
+      for (const auto& o : ed.recording->patch.ops) fn(o);
+  };
+  each_insert([&](const PatchOp& o) {
+    if (o.kind == PatchOp::Kind::Insert && o.layer == layer && lower(o.entity) != lower(st.entity))
+      decoys.push_back(ffn_in(s, canonical_prompt(o.relation, o.entity), layer));
+  });
+  // Modified Gram-Schmidt: r = x0 minus its projection on span(decoys).
+  std::vector<std::vector<double>> basis;
+  std::vector<double> mean(static_cast<size_t>(hidden), 0.0);
+  for (const auto& d : decoys) {
+    std::vector<double> q(d.begin(), d.end());
+    for (int64_t i = 0; i < hidden; ++i) mean[static_cast<size_t>(i)] += d[static_cast<size_t>(i)] / static_cast<double>(decoys.size());
+    for (const auto& b : basis) {
+      double p = 0;
+      for (int64_t i = 0; i < hidden; ++i) p += q[static_cast<size_t>(i)] * b[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < hidden; ++i) q[static_cast<size_t>(i)] -= p * b[static_cast<size_t>(i)];
+    }
+    double n = 0;
+    for (double v : q) n += v * v;
+    n = std::sqrt(n);
+    if (n < 1e-6 * (1.0 + norm(d))) continue;
+    for (double& v : q) v /= n;
+    basis.push_back(std::move(q));
+  }
+  std::vector<double> r(x0.begin(), x0.end());
+  for (const auto& b : basis) {
+    double p = 0;
+    for (int64_t i = 0; i < hidden; ++i) p += r[static_cast<size_t>(i)] * b[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < hidden; ++i) r[static_cast<size_t>(i)] -= p * b[static_cast<size_t>(i)];
+  }
+  double s0 = 0;
+  for (double v : r) s0 += v * v;
+  s0 = std::sqrt(s0);
+  if (s0 < 1e-6) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the prompt \"" + prompt +
+                                                             "\" is indistinguishable from the decoy prompts at layer " +
+                                                             std::to_string(layer));
+  for (double& v : r) v /= s0;
+  // A threshold without a bias: Gemma's FFN has none, but some coordinate k of the FFN input is
+  // nearly constant over prompts (the RMS norm keeps a few dimensions fixed; on Gemma 3 270M
+  // layer 13 one varies by 2% across the decoys). A gate weight on it acts as a bias, so
+  // gate = G (r - (theta s0 / x0[k]) e_k) fires only where x . r exceeds theta = 0.8 of the fact's
+  // own s0 (a decoy's is 0); GELU keeps it near zero elsewhere. Without such a coordinate, the
+  // decoys' mean direction m stands in (less steady: m . x varies more across prompts).
+  constexpr double kTheta = 0.8;
+  int64_t k = -1;
+  double best_cv = 0.05;
+  for (int64_t i = 0; i < hidden; ++i) {
+    double mu = 0, var = 0;
+    for (const auto& d : decoys) mu += d[static_cast<size_t>(i)];
+    mu /= static_cast<double>(decoys.size());
+    for (const auto& d : decoys) var += (d[static_cast<size_t>(i)] - mu) * (d[static_cast<size_t>(i)] - mu);
+    const double cv = std::sqrt(var / static_cast<double>(decoys.size())) / std::max(1e-12, std::fabs(mu));
+    if (cv < best_cv && std::fabs(x0[static_cast<size_t>(i)]) > 1e-3 && (x0[static_cast<size_t>(i)] > 0) == (mu > 0)) best_cv = cv, k = i;
+  }
+  std::vector<double> bias_dir(static_cast<size_t>(hidden), 0.0);  // b with b . x0 = 1
+  if (k >= 0) {
+    bias_dir[static_cast<size_t>(k)] = 1.0 / x0[static_cast<size_t>(k)];
+  } else {
+    double m_x0 = 0;
+    for (int64_t i = 0; i < hidden; ++i) m_x0 += mean[static_cast<size_t>(i)] * x0[static_cast<size_t>(i)];
+    if (m_x0 > 0)
+      for (int64_t i = 0; i < hidden; ++i) bias_dir[static_cast<size_t>(i)] = mean[static_cast<size_t>(i)] / m_x0;
+  }
+  const double pre = 6.0;  // the gate's pre-activation on the fact's prompt
+  const double G = pre / ((1.0 - kTheta) * s0);
+  op.kind = PatchOp::Kind::Insert;
+  op.feature = pick_slot(s, layer, decoys);
+  op.gate.resize(static_cast<size_t>(hidden));
+  op.up.resize(static_cast<size_t>(hidden));
+  for (int64_t i = 0; i < hidden; ++i)
+    op.gate[static_cast<size_t>(i)] = static_cast<float>(G * (r[static_cast<size_t>(i)] - kTheta * s0 * bias_dir[static_cast<size_t>(i)]));
+  // Down: the target's embedding direction, as large as every row's stored block can hold.
+  auto model = s.model("INSERT");
+  const TensorView& emb = model->weights().token_embd;
+  std::vector<float> dir(static_cast<size_t>(hidden));
+  quant::dequantize_row(emb.type, emb.row(target), dir.data(), hidden);
+  // The scale c of the column: the 30th percentile over rows of what each can hold / |dir|, so 30%
+  // of the rows are clamped at their limit (the direction keeps its signs and most of its shape)
+  // and the rest keep a useful number of quantisation steps. The up row carries the magnitude.
+  const std::vector<float> range = down_range(s, layer, op.feature);
+  std::vector<double> ratios;
+  for (int64_t i = 0; i < hidden; ++i)
+    if (dir[static_cast<size_t>(i)] != 0.0f && range[static_cast<size_t>(i)] > 0)
+      ratios.push_back(range[static_cast<size_t>(i)] / std::fabs(dir[static_cast<size_t>(i)]));
+  double c = 1.0;
+  if (!ratios.empty()) {
+    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() * 3 / 10), ratios.end());
+    c = ratios[ratios.size() * 3 / 10];
+  }
+  op.down.resize(static_cast<size_t>(hidden));
+  for (int64_t i = 0; i < hidden; ++i) op.down[static_cast<size_t>(i)] = static_cast<float>(c * dir[static_cast<size_t>(i)]);
+  // Balance: the up row's scale A (the feature's activation on the prompt is about pre x A) is
+  // doubled until the target is top-1 with probability >= 0.5, then bisected down to the least
+  // A that still does it (a smaller edit disturbs other prompts less). ALPHA multiplies the result.
+  const EditState saved = ed;
+  auto probe = [&](double a, bool* top1) {
+    for (int64_t i = 0; i < hidden; ++i) op.up[static_cast<size_t>(i)] = static_cast<float>(a * r[static_cast<size_t>(i)] / s0);
+    EditState trial = saved;
+    trial.apply(s.base_source("INSERT"), op);
+    s.set_weights(trial.overlay, trial.gate_rows);
+    return target_prob(s, prompt, target, top1);
+  };
+  int probes = 0;
+  double lo = 0, hi = -1, a = 1.0, best_p = -1, best_a = 1.0;
+  bool top1 = false;
+  try {
+    for (; a <= 65536.0; a *= 2.0) {
+      const double p = probe(a, &top1);
+      ++probes;
+      if (p > best_p) best_p = p, best_a = a;
+      if (top1 && p >= 0.5) {
+        hi = a;
+        break;
+      }
+      lo = a;
+    }
+    if (hi > 0) {
+      for (int k = 0; k < 4; ++k) {
+        const double mid = 0.5 * (lo + hi);
+        const double p = probe(mid, &top1);
+        ++probes;
+        if (top1 && p >= 0.5) hi = mid;
+        else lo = mid;
+      }
+      best_a = hi;
+    }
+  } catch (...) {
+    ed = saved;
+    publish(s);
+    throw;
+  }
+  const double final_a = best_a * st.alpha.value_or(1.0);
+  for (int64_t i = 0; i < hidden; ++i) op.up[static_cast<size_t>(i)] = static_cast<float>(final_a * r[static_cast<size_t>(i)] / s0);
+  ed = saved;
+  record(s, op, &t.notes);
+  const double p = target_prob(s, prompt, target, &top1);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  t.title = "Inserted: " + st.entity + " -[" + st.relation + "]-> " + st.target + " at L" + std::to_string(layer) +
+            ", feature " + std::to_string(op.feature) + " (compose)";
+  if (!top1) t.notes.push_back("the target is not the top prediction of \"" + prompt + "\" after balancing");
+  t.rows.push_back({st.entity, st.relation, st.target, target, std::string("compose"), layer, op.feature, p,
+                    static_cast<int64_t>(probes), ms});
+  return t;
+}
+
+namespace {
+
+// WHERE layer = L AND feature = F (either order): the one form UPDATE / DELETE take.
+std::pair<int64_t, int64_t> slot_of(const Cond& c, const std::string& what, Pos pos) {
+  std::optional<int64_t> layer, feature;
+  std::function<bool(const Cond&)> walk = [&](const Cond& x) -> bool {
+    if (x.kind == Cond::Kind::And) return walk(*x.lhs) && walk(*x.rhs);
+    if (x.kind != Cond::Kind::Compare || x.op != "=" || x.values.size() != 1 || x.values[0].kind != Value::Kind::Integer)
+      return false;
+    if (x.field == "layer" && !layer) layer = x.values[0].integer;
+    else if (x.field == "feature" && !feature) feature = x.values[0].integer;
+    else return false;
+    return true;
+  };
+  if (!walk(c) || !layer || !feature)
+    not_built(what + " with this WHERE", pos,
+              "it takes WHERE layer = N AND feature = F (filters on entity or relation need relation labels)");
+  return {*layer, *feature};
+}
+
+}  // namespace
+
+Table exec_delete(Session& s, const DeleteStmt& st, Pos pos) {
+  const auto [layer, feature] = slot_of(st.where, "DELETE", pos);
+  need_weights(s, "DELETE", pos);
+  check_layer(s, layer, pos);
+  if (feature < 0 || feature >= s.index().intermediate_size)
+    throw Error(ErrorKind::InvalidArgument, "DELETE at " + pos.str() + ": feature " + std::to_string(feature) +
+                                                " is out of range 0-" + std::to_string(s.index().intermediate_size - 1));
+  Table t;
+  t.statement = "DELETE";
+  PatchOp op;
+  op.kind = PatchOp::Kind::Delete;
+  op.layer = layer;
+  op.feature = feature;
+  s.base_source("DELETE");
+  record(s, op, &t.notes);
+  t.title = "Deleted feature " + std::to_string(feature) + " of layer " + std::to_string(layer) +
+            " (its gate and up rows and down column set to zero)";
+  return t;
+}
+
+Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
+  const auto [layer, feature] = slot_of(st.where, "UPDATE", pos);
+  need_weights(s, "UPDATE", pos);
+  check_layer(s, layer, pos);
+  if (feature < 0 || feature >= s.index().intermediate_size)
+    throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": feature " + std::to_string(feature) + " is out of range");
+  std::optional<std::string> target;
+  for (const auto& a : st.set) {
+    if ((a.field == "target" || a.field == "top_token") && a.value.kind == Value::Kind::String) target = a.value.str;
+    else not_built("UPDATE ... SET " + a.field, a.value.pos, "UPDATE sets target = \"token\" (the down column's direction)");
+  }
+  if (!target) throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": SET target = \"token\" is missing");
+  const int64_t tid = target_token(s, *target, pos);
+  auto base = s.base_source("UPDATE");
+  EditState& ed = s.edits();
+  auto cur = ed.overlay ? ed.overlay : std::make_shared<OverlaySource>(base);
+  std::vector<float> down;
+  cur->ffn_feature(layer, feature, nullptr, nullptr, &down);
+  auto model = s.model("UPDATE");
+  const TensorView& emb = model->weights().token_embd;
+  std::vector<float> dir(down.size());
+  quant::dequantize_row(emb.type, emb.row(tid), dir.data(), static_cast<int64_t>(dir.size()));
+  const double k = norm(down) / std::max(1e-30, norm(dir));
+  PatchOp op;
+  op.kind = PatchOp::Kind::Update;
+  op.layer = layer;
+  op.feature = feature;
+  op.down.resize(dir.size());
+  for (size_t i = 0; i < dir.size(); ++i) op.down[i] = static_cast<float>(k * dir[i]);
+  Table t;
+  t.statement = "UPDATE";
+  record(s, op, &t.notes);
+  t.title = "Updated feature " + std::to_string(feature) + " of layer " + std::to_string(layer) + ": its down column now writes \"" +
+            *target + "\" (same norm)";
+  return t;
+}
+
+Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
+  EditState& ed = s.edits();
+  Table t;
+  t.statement = "PATCH";
+  // BEGIN / SAVE record and write; APPLY and REMOVE rebuild the weights, which need the model.
+  auto base = [&] {
+    need_weights(s, st.op == PatchStmt::Op::Apply ? "APPLY PATCH" : st.op == PatchStmt::Op::Remove ? "REMOVE PATCH" : "SAVE PATCH", pos);
+    return s.base_source("PATCH");
+  };
+  switch (st.op) {
+    case PatchStmt::Op::Begin:
+      if (ed.recording && !ed.anonymous)
+        throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": patch \"" + ed.recording->name +
+                                                    "\" is being recorded (SAVE PATCH first)");
+      if (!ed.recording) ed.recording = NamedPatch{st.name, Patch{}};
+      ed.recording->name = st.name;
+      ed.anonymous = false;
+      t.title = "Patch session started: " + st.name;
+      return t;
+    case PatchStmt::Op::Save: {
+      if (!ed.recording) throw Error(ErrorKind::InvalidArgument, "SAVE PATCH at " + pos.str() + ": no patch is being recorded");
+      if (ed.anonymous)
+        throw Error(ErrorKind::InvalidArgument, "SAVE PATCH at " + pos.str() +
+                                                    ": the edits so far have no file; BEGIN PATCH \"name.vlp\" names it, then SAVE PATCH");
+      NamedPatch p = *ed.recording;
+      p.patch.base_model = s.index().model;
+      p.patch.base_fingerprint = base()->fingerprint();
+      p.patch.created_at = now_utc();
+      p.patch.description = p.name;
+      save_patch(p.name, p.patch);
+      // The recorded ops stay live, now as an applied patch.
+      ed.applied.push_back(std::move(p));
+      ed.recording.reset();
+      t.title = "Saved: " + ed.applied.back().name + " (" + std::to_string(ed.applied.back().patch.ops.size()) + " operations)";
+      return t;
+    }
+    case PatchStmt::Op::Apply: {
+      for (const auto& p : ed.applied)
+        if (p.name == st.name) throw Error(ErrorKind::InvalidArgument, "APPLY PATCH at " + pos.str() + ": \"" + st.name + "\" is already applied");
+      const std::string fp = base()->fingerprint();
+      Patch p = load_patch(st.name, limits(s));
+      if (p.base_model != s.index().model)
+        throw Error(ErrorKind::InvalidArgument, "APPLY PATCH at " + pos.str() + ": " + st.name + " was made for model \"" +
+                                                    p.base_model + "\", the vindex in use holds \"" + s.index().model + "\"");
+      if (p.base_fingerprint != fp)
+        t.notes.push_back("warning: " + st.name + " was made on another build of \"" + p.base_model + "\" (fingerprint " +
+                          p.base_fingerprint + "; this vindex: " + fp + "); applied anyway");
+      ed.applied.push_back(NamedPatch{st.name, std::move(p)});
+      try {
+        ed.rebuild(base());
+      } catch (...) {
+        ed.applied.pop_back();
+        ed.rebuild(base());
+        throw;
+      }
+      publish(s);
+      t.title = "Applied: " + st.name + " (" + std::to_string(ed.applied.back().patch.ops.size()) + " operations)";
+      return t;
+    }
+    case PatchStmt::Op::Remove: {
+      auto it = std::find_if(ed.applied.begin(), ed.applied.end(), [&](const NamedPatch& p) { return p.name == st.name; });
+      if (it == ed.applied.end()) {
+        if (ed.recording && ed.recording->name == st.name && !st.name.empty()) {
+          ed.recording.reset();
+        } else {
+          std::string names;
+          for (const auto& p : ed.applied) names += (names.empty() ? "" : ", ") + p.name;
+          throw Error(ErrorKind::NotFound, "REMOVE PATCH at " + pos.str() + ": no patch \"" + st.name + "\" (applied: " +
+                                               (names.empty() ? "none" : names) + ")");
+        }
+      } else {
+        ed.applied.erase(it);
+      }
+      ed.rebuild(base());
+      publish(s);
+      t.title = "Removed: " + st.name;
+      return t;
+    }
+  }
+  return t;
+}
+
+Table exec_show_patches(Session& s) {
+  EditState& ed = s.edits();
+  Table t;
+  t.statement = "SHOW";
+  t.title = "Patches on " + s.path();
+  t.columns = {{"n", Column::Type::Int}, {"name"}, {"state"}, {"ops", Column::Type::Int}, {"inserts", Column::Type::Int},
+               {"knn", Column::Type::Int}, {"updates", Column::Type::Int}, {"deletes", Column::Type::Int}};
+  int64_t n = 1;
+  auto add = [&](const NamedPatch& p, const std::string& state) {
+    int64_t c[5] = {0, 0, 0, 0, 0};
+    for (const auto& o : p.patch.ops) ++c[static_cast<int>(o.kind)];
+    t.rows.push_back({n++, p.name.empty() ? std::string("(anonymous)") : p.name, state, static_cast<int64_t>(p.patch.ops.size()),
+                      c[0], c[3], c[1], c[2] + c[4]});
+  };
+  for (const auto& p : ed.applied) add(p, "applied");
+  if (ed.recording) add(*ed.recording, "recording");
+  if (t.rows.empty()) t.notes.push_back("(no patches)");
+  return t;
+}
+
+std::optional<KnnMatch> knn_lookup(Session& s, const ForwardRun& run, const std::string& prompt, bool verify) {
+  if (!s.has_vindex()) return std::nullopt;
+  const EditState& ed = s.edits();
+  std::optional<KnnMatch> best;
+  const std::string lp = lower(prompt);
+  for (size_t i = 0; i < ed.knn.size(); ++i) {
+    const KnnFact& f = ed.knn[i];
+    if (f.layer < 0 || static_cast<size_t>(f.layer) >= run.rows.size()) continue;
+    const auto& x = run.rows[static_cast<size_t>(f.layer)].ffn_in;
+    const double n = norm(x);
+    if (n == 0) continue;
+    const double cos = dot(x.data(), f.key.data(), static_cast<int64_t>(x.size())) / n;
+    if (cos < kKnnThreshold) continue;
+    const bool mentioned = lp.find(lower(f.entity)) != std::string::npos;
+    if (verify && !mentioned) {
+      if (!best || (best->refused && cos > best->cosine)) best = KnnMatch{i, cos, true};
+      continue;
+    }
+    if (!best || best->refused || cos > best->cosine) best = KnnMatch{i, cos, false};
+  }
+  return best;
+}
+
+}  // namespace larql::lql::detail

@@ -1,0 +1,217 @@
+#include "model/overlay_source.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "util/error.h"
+#include "util/half.h"
+#include "util/hash.h"
+
+namespace larql {
+
+namespace {
+
+size_t row_size(const SourceTensor& t) {
+  const auto rb = row_bytes(t.type, t.dims.at(0));
+  if (!rb) throw Error(ErrorKind::Format, t.name + ": a row of " + std::to_string(t.dims.at(0)) + " is not whole blocks of " +
+                                              dtype_name(t.type));
+  return *rb;
+}
+
+// Q6_K: set value j (0..255) of one block to `want`, keeping the super-block scale d, the 16
+// sub-block scales and every other value bit for bit. Returns the indices (0..255) whose value
+// changed (j or none); sets *clamped when `want` is beyond what j's sub-block scale holds.
+std::vector<int> q6k_set(quant::detail::BlockQ6K& b, int j, float want, bool* clamped) {
+  const float d = f16_to_f32(b.d);
+  auto get_q = [&](int k) {  // the 6-bit quant of element k, -32..31 (dequantize_q6_K's layout)
+    const int h = k / 128, r = k % 128, g = r / 32, l = r % 32;
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    const int lo = g == 0 ? (ql[l] & 0xF) : g == 1 ? (ql[l + 32] & 0xF) : g == 2 ? (ql[l] >> 4) : (ql[l + 32] >> 4);
+    const int hi = (qh[l] >> (2 * g)) & 3;
+    return (lo | (hi << 4)) - 32;
+  };
+  auto set_q = [&](int k, int q) {
+    const int h = k / 128, r = k % 128, g = r / 32, l = r % 32;
+    uint8_t* ql = b.ql + 64 * h;
+    uint8_t* qh = b.qh + 32 * h;
+    const int u = q + 32;
+    uint8_t& lo = (g == 0 || g == 2) ? ql[l] : ql[l + 32];
+    if (g < 2) lo = static_cast<uint8_t>((lo & 0xF0) | (u & 0xF));
+    else lo = static_cast<uint8_t>((lo & 0x0F) | ((u & 0xF) << 4));
+    qh[l] = static_cast<uint8_t>((qh[l] & ~(3 << (2 * g))) | (((u >> 4) & 3) << (2 * g)));
+  };
+  auto scale_of = [&](int k) { return (k / 128) * 8 + (k % 128) / 16 % 2 + 2 * ((k % 128) / 32); };
+  const int si = scale_of(j);
+  // The 16 elements sharing scale si: consecutive, starting at j rounded down to 16.
+  std::vector<int> changed;
+  if (d == 0.0f) {
+    *clamped = want != 0.0f;
+    return changed;
+  }
+  // The sub-block's scale stays, so its other 15 values (other features) keep every bit; a value
+  // beyond what the scale holds is clamped to the nearest it does.
+  const int sc = b.scales[si];
+  if (sc == 0) {
+    *clamped = want != 0.0f;
+    return changed;
+  }
+  float q = std::nearbyint(want / (d * static_cast<float>(sc)));
+  if (q < -32 || q > 31) {
+    *clamped = true;
+    q = std::clamp(q, -32.0f, 31.0f);
+  }
+  if (static_cast<int>(q) != get_q(j)) {
+    set_q(j, static_cast<int>(q));
+    changed.push_back(j);
+  }
+  return changed;
+}
+
+}  // namespace
+
+OverlaySource::OverlaySource(std::shared_ptr<const WeightSource> base) : base_(std::move(base)) {
+  if (!base_) throw Error(ErrorKind::InvalidArgument, "OverlaySource: no base source");
+  fingerprint_ = base_->fingerprint();
+}
+
+void OverlaySource::replace(TensorRole role, int64_t layer, std::vector<uint8_t> bytes) {
+  const auto t = base_->tensor(role, layer);
+  if (!t) throw Error(ErrorKind::NotFound, base_->path() + ": no tensor '" + base_->tensor_name(role, layer) + "' to replace");
+  if (bytes.size() != t->nbytes)
+    throw Error(ErrorKind::InvalidArgument, "replacing '" + t->name + "': " + std::to_string(bytes.size()) +
+                                                " bytes, the tensor has " + std::to_string(t->nbytes));
+  repl_[{static_cast<int>(role), layer}] = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  refresh_fingerprint();
+}
+
+std::vector<uint8_t>& OverlaySource::writable(TensorRole role, int64_t layer) {
+  auto& slot = repl_[{static_cast<int>(role), layer}];
+  if (!slot) {
+    const auto t = base_->tensor(role, layer);
+    if (!t) throw Error(ErrorKind::NotFound, base_->path() + ": no tensor '" + base_->tensor_name(role, layer) + "'");
+    slot = std::make_shared<std::vector<uint8_t>>(t->data, t->data + t->nbytes);
+  } else if (slot.use_count() > 1) {
+    slot = std::make_shared<std::vector<uint8_t>>(*slot);
+  }
+  return *slot;
+}
+
+FeatureEditReport OverlaySource::set_ffn_feature(int64_t layer, int64_t feature, const float* gate, const float* up,
+                                                 const float* down) {
+  const ModelConfig& c = config();
+  if (layer < 0 || layer >= c.n_layers)
+    throw Error(ErrorKind::InvalidArgument, "layer " + std::to_string(layer) + " is out of range 0-" + std::to_string(c.n_layers - 1));
+  if (feature < 0 || feature >= c.ffn)
+    throw Error(ErrorKind::InvalidArgument, "feature " + std::to_string(feature) + " is out of range 0-" + std::to_string(c.ffn - 1));
+  FeatureEditReport rep;
+  for (auto [role, v] : {std::pair{TensorRole::FfnGate, gate}, std::pair{TensorRole::FfnUp, up}}) {
+    if (!v) continue;
+    const SourceTensor t = *tensor(role, layer);
+    const size_t rb = row_size(t);
+    std::vector<uint8_t>& bytes = writable(role, layer);
+    quant::quantize_row(t.type, v, bytes.data() + static_cast<size_t>(feature) * rb, c.hidden);
+  }
+  if (down) {
+    const SourceTensor t = *tensor(TensorRole::FfnDown, layer);  // [hidden rows, ffn cols]
+    const size_t rb = row_size(t);
+    const DTypeInfo& info = dtype_info(t.type);
+    const int64_t bs = info.block_size;
+    const int64_t blk = feature / bs;
+    std::vector<uint8_t>& bytes = writable(TensorRole::FfnDown, layer);
+    std::vector<float> vals(static_cast<size_t>(bs)), after(static_cast<size_t>(bs));
+    for (int64_t r = 0; r < c.hidden; ++r) {
+      uint8_t* b = bytes.data() + static_cast<size_t>(r) * rb + static_cast<size_t>(blk) * info.type_size;
+      if (t.type == DType::Q6_K) {
+        bool clamped = false;
+        quant::detail::BlockQ6K q;
+        std::memcpy(&q, b, sizeof q);
+        for (int k : q6k_set(q, static_cast<int>(feature - blk * bs), down[r], &clamped)) rep.changed_columns.insert(blk * bs + k);
+        std::memcpy(b, &q, sizeof q);
+        rep.clamped += clamped;
+        continue;
+      }
+      quant::dequantize_row(t.type, b, vals.data(), bs);
+      std::vector<float> before = vals;
+      vals[static_cast<size_t>(feature - blk * bs)] = down[r];
+      quant::quantize_row(t.type, vals.data(), b, bs);
+      quant::dequantize_row(t.type, b, after.data(), bs);
+      for (int64_t k = 0; k < bs; ++k)
+        if (after[static_cast<size_t>(k)] != before[static_cast<size_t>(k)]) rep.changed_columns.insert(blk * bs + k);
+    }
+  }
+  refresh_fingerprint();
+  return rep;
+}
+
+void OverlaySource::ffn_feature(int64_t layer, int64_t feature, std::vector<float>* gate, std::vector<float>* up,
+                                std::vector<float>* down) const {
+  const ModelConfig& c = config();
+  if (layer < 0 || layer >= c.n_layers || feature < 0 || feature >= c.ffn)
+    throw Error(ErrorKind::InvalidArgument, "feature " + std::to_string(feature) + " of layer " + std::to_string(layer) +
+                                                " is out of range");
+  for (auto [role, v] : {std::pair{TensorRole::FfnGate, gate}, std::pair{TensorRole::FfnUp, up}}) {
+    if (!v) continue;
+    const SourceTensor t = *tensor(role, layer);
+    v->resize(static_cast<size_t>(c.hidden));
+    quant::dequantize_row(t.type, t.data + static_cast<size_t>(feature) * row_size(t), v->data(), c.hidden);
+  }
+  if (down) {
+    const SourceTensor t = *tensor(TensorRole::FfnDown, layer);
+    const size_t rb = row_size(t);
+    const DTypeInfo& info = dtype_info(t.type);
+    const int64_t bs = info.block_size, blk = feature / bs;
+    std::vector<float> vals(static_cast<size_t>(bs));
+    down->resize(static_cast<size_t>(c.hidden));
+    for (int64_t r = 0; r < c.hidden; ++r) {
+      quant::dequantize_row(t.type, t.data + static_cast<size_t>(r) * rb + static_cast<size_t>(blk) * info.type_size, vals.data(), bs);
+      (*down)[static_cast<size_t>(r)] = vals[static_cast<size_t>(feature - blk * bs)];
+    }
+  }
+}
+
+std::vector<std::pair<TensorRole, int64_t>> OverlaySource::replaced() const {
+  std::vector<std::pair<TensorRole, int64_t>> out;
+  for (const auto& [k, v] : repl_) out.emplace_back(static_cast<TensorRole>(k.first), k.second);
+  return out;
+}
+
+std::optional<SourceTensor> OverlaySource::tensor(TensorRole role, int64_t layer) const {
+  auto t = base_->tensor(role, layer);
+  if (!t) return t;
+  auto it = repl_.find({static_cast<int>(role), layer});
+  if (it != repl_.end()) t->data = it->second->data();
+  return t;
+}
+
+std::vector<SourceTensor> OverlaySource::tensors() const {
+  std::vector<SourceTensor> all = base_->tensors();
+  if (repl_.empty()) return all;
+  // Match by name: the base names each (role, layer) through tensor_name.
+  for (const auto& [k, v] : repl_) {
+    const std::string name = base_->tensor_name(static_cast<TensorRole>(k.first), k.second);
+    for (auto& t : all)
+      if (t.name == name) t.data = v->data();
+  }
+  return all;
+}
+
+void OverlaySource::refresh_fingerprint() {
+  if (repl_.empty()) {
+    fingerprint_ = base_->fingerprint();
+    return;
+  }
+  Xxh3Stream h;
+  h.update(base_->fingerprint().data(), base_->fingerprint().size());
+  for (const auto& [k, v] : repl_) {
+    const int64_t key[2] = {k.first, k.second};
+    h.update(key, sizeof key);
+    h.update(v->data(), v->size());
+  }
+  fingerprint_ = "overlay-xxh3-" + hex64(h.digest());
+}
+
+}  // namespace larql
