@@ -235,9 +235,10 @@ Table run_statement(Session& s, const Statement& st) {
                                                           : "REMOVE PATCH";
           not_built(op, pos, "patches come with issue 11 part 3");
         } else if constexpr (std::is_same_v<T, DiffStmt>) {
-          not_built("DIFF", pos);
+          return detail::exec_diff(s, b, pos);
         } else if constexpr (std::is_same_v<T, CompileStmt>) {
-          not_built(b.into_model ? "COMPILE INTO MODEL" : "COMPILE INTO VINDEX", pos);
+          if (b.into_model) return detail::exec_compile_model(s, b, pos);
+          not_built("COMPILE INTO VINDEX", pos);
         }
       },
       st.body);

@@ -251,9 +251,9 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
       {"SAVE PATCH", "SAVE PATCH is not built yet"},
       {"APPLY PATCH 'p.vlp'", "APPLY PATCH is not built yet"},
       {"REMOVE PATCH 'p.vlp'", "REMOVE PATCH is not built yet"},
-      {"DIFF CURRENT 'b.vindex'", "DIFF is not built yet"},
+      {"DIFF CURRENT CURRENT RELATION 'capital'", "DIFF ... RELATION is not built yet (1:1)"},
+      {"DIFF CURRENT CURRENT INTO PATCH 'd.vlp'", "DIFF ... INTO PATCH is not built yet"},
       {"COMPILE CURRENT INTO VINDEX 'x.vindex'", "COMPILE INTO VINDEX is not built yet"},
-      {"COMPILE CURRENT INTO MODEL 'x.gguf'", "COMPILE INTO MODEL is not built yet"},
       {"SHOW PATCHES", "SHOW PATCHES is not built yet"},
       {"WALK 'xy' COMPARE", "WALK ... COMPARE is not built yet"},
       {"EXPLAIN INFER 'xy' WITH ATTENTION", "WITH ATTENTION is not built yet"},
@@ -263,6 +263,13 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
   for (const auto& [src, needle] : cases) EXPECT_NE(error_of(src).find(needle), std::string::npos) << src;
   // A statement in a pipeline is rejected at its own position.
   EXPECT_NE(error_of("STATS |> SAVE PATCH").find("(1:10)"), std::string::npos);
+  // COMPILE INTO MODEL exports; a browse vindex has no weights to export and says which level.
+  EXPECT_NE(error_of("COMPILE CURRENT INTO MODEL 'x.gguf'").find("--level inference"), std::string::npos);
+  // DIFF of a vindex with itself: nothing differs (2 layers x 4 features compared).
+  const Table d = run("DIFF CURRENT CURRENT");
+  EXPECT_TRUE(d.rows.empty());
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_NE(d.notes[0].find("0 of 8 features differ"), std::string::npos) << d.notes[0];
   // The forward pass needs weights: a browse vindex says so.
   for (const std::string src : {"INFER 'xy'", "TRACE 'xy'", "EXPLAIN INFER 'xy'"})
     EXPECT_NE(error_of(src).find("needs a vindex with model weights"), std::string::npos) << src;
