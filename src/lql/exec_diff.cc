@@ -1,5 +1,5 @@
 // DIFF (two vindexes of one shape compared feature by feature) and COMPILE INTO MODEL (a vindex
-// exported as a GGUF, extract/gguf_export.h). docs/lql.md ("DIFF", "COMPILE").
+// exported as a GGUF, extract/gguf_export.h). docs/lql.md ("What runs").
 #include <cmath>
 #include <cstring>
 #include <memory>
