@@ -21,7 +21,7 @@ LAYERS = {
     "util": [],
     "formats": ["util"],
     "vindex": ["util"],
-    "lql": ["inference"],
+    "lql": ["inference", "extract"],
     "quant": ["util"],
     "compute": ["quant"],
     "model": ["compute", "formats", "tokenizer", "vindex"],

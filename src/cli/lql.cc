@@ -119,7 +119,9 @@ const char* kHelp =
     "  SELECT fields | * FROM EDGES | FEATURES | ENTITIES [NEAREST TO \"x\" AT LAYER n] [WHERE ...] [ORDER BY f [DESC]] [LIMIT n];\n"
     "  INFER \"prompt\" [TOP n];       TRACE \"prompt\" [FOR \"token\"] [LAYERS a-b] [POSITIONS ALL] [DECOMPOSE];\n"
     "  SHOW RELATIONS [AT LAYER n] [WITH EXAMPLES] [BRIEF | VERBOSE | RAW];  ... RELATIONS ONLY  (after `larql label`)\n"
-    "Not built yet (rejected with a message): INSERT, UPDATE, DELETE, patches, DIFF, COMPILE, SHOW PATCHES.\n"
+    "  DIFF a b [LAYER n] [LIMIT n];  COMPILE a INTO MODEL \"out.gguf\";   (a, b: CURRENT or \"path.vindex\")\n"
+    "Not built yet (rejected with a message): INSERT, UPDATE, DELETE, patches, DIFF RELATION / INTO PATCH,\n"
+    "COMPILE INTO VINDEX, SHOW PATCHES.\n"
     "\\help this text   \\q quit (or Ctrl-D).   The grammar: docs/lql.md.\n";
 
 bool g_complete_in_string = false;  // the word being completed is inside quotes: names only

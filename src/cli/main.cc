@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   larql::cli::register_apollo(app);
   larql::cli::register_extract(app);
   larql::cli::register_slice(app);
+  larql::cli::register_export(app);
   larql::cli::register_cache(app);
   larql::cli::register_lql(app);
   larql::cli::register_serve(app);

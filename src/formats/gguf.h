@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -209,19 +210,37 @@ class GgufWriter {
   /// Errors: InvalidArgument on a size mismatch or duplicate name.
   void add_tensor(const std::string& name, DType type, std::vector<uint64_t> dims,
                   const void* data, size_t nbytes);
+  /// As add_tensor, without copying: `data` is read by serialize() / write() and must stay
+  /// valid until then (a weight source's mapping). Errors: as add_tensor.
+  void add_tensor_view(const std::string& name, DType type, std::vector<uint64_t> dims,
+                       const void* data, size_t nbytes);
   std::vector<uint8_t> serialize() const;
-  /// Writes serialize() atomically (util/atomic_file.h: temporary sibling, fsync, rename), so
-  /// a failure leaves any previous file whole. Errors: those of AtomicWriter (Io with the OS
+  size_t metadata_count() const { return kv_.size(); }
+  size_t tensor_count() const { return tensors_.size(); }
+  /// Bytes of the file serialize() / write() produce.
+  uint64_t file_size() const;
+  /// Streams the file to `path` atomically (util/atomic_file.h: temporary sibling, fsync,
+  /// rename), so a failure or a kill leaves any previous file whole and never a partial file at
+  /// `path`. Memory: the header plus the writer's 1 MiB buffer; tensor bytes are written from
+  /// where they live. `progress` (may be empty) is called with bytes written and file_size()
+  /// after the header and after each tensor. Errors: those of AtomicWriter (Io with the OS
   /// reason, InvalidArgument for a directory or a file this process reads as input).
-  void write(const std::string& path) const;
+  void write(const std::string& path, const std::function<void(uint64_t done, uint64_t total)>& progress = {}) const;
 
  private:
   struct Pending {
     std::string name;
     DType type;
     std::vector<uint64_t> dims;
-    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> owned;     ///< the bytes, when copied (add_tensor)
+    const uint8_t* view = nullptr;  ///< the caller's bytes (add_tensor_view)
+    size_t nbytes = 0;
+    const uint8_t* data() const { return view != nullptr ? view : owned.data(); }
   };
+  void check_tensor(const std::string& name, DType type, const std::vector<uint64_t>& dims,
+                    const void* data, size_t nbytes) const;
+  /// Header, metadata, tensor infos and the padding up to the data section.
+  std::vector<uint8_t> header() const;
   uint64_t alignment_;
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<Pending> tensors_;

@@ -1,6 +1,7 @@
 // GGUF v3 writer (little-endian). Layout as in gguf.cc / ggml/docs/gguf.md: header, metadata KVs
 // in insertion order, tensor infos, zero padding to the alignment, then each tensor's data at the
 // next multiple of the alignment (offsets relative to the data section).
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -131,8 +132,8 @@ void GgufWriter::set(const std::string& key, GgufValue value) {
   kv_.emplace_back(key, std::move(value));
 }
 
-void GgufWriter::add_tensor(const std::string& name, DType type, std::vector<uint64_t> dims,
-                            const void* data, size_t nbytes) {
+void GgufWriter::check_tensor(const std::string& name, DType type, const std::vector<uint64_t>& dims,
+                              const void* data, size_t nbytes) const {
   for (const auto& t : tensors_)
     if (t.name == name) bad("GgufWriter: duplicate tensor name '" + name + "'");
   if (dims.empty() || dims.size() > 4)
@@ -152,11 +153,22 @@ void GgufWriter::add_tensor(const std::string& name, DType type, std::vector<uin
     bad("GgufWriter: tensor '" + name + "' needs " + std::to_string(expected) + " bytes, got " +
         std::to_string(nbytes));
   if (nbytes > 0 && data == nullptr) bad("GgufWriter: tensor '" + name + "' has no data");
-  const auto* p = static_cast<const uint8_t*>(data);
-  tensors_.push_back({name, type, std::move(dims), std::vector<uint8_t>(p, p + nbytes)});
 }
 
-std::vector<uint8_t> GgufWriter::serialize() const {
+void GgufWriter::add_tensor(const std::string& name, DType type, std::vector<uint64_t> dims,
+                            const void* data, size_t nbytes) {
+  check_tensor(name, type, dims, data, nbytes);
+  const auto* p = static_cast<const uint8_t*>(data);
+  tensors_.push_back({name, type, std::move(dims), std::vector<uint8_t>(p, p + nbytes), nullptr, nbytes});
+}
+
+void GgufWriter::add_tensor_view(const std::string& name, DType type, std::vector<uint64_t> dims,
+                                 const void* data, size_t nbytes) {
+  check_tensor(name, type, dims, data, nbytes);
+  tensors_.push_back({name, type, std::move(dims), {}, static_cast<const uint8_t*>(data), nbytes});
+}
+
+std::vector<uint8_t> GgufWriter::header() const {
   if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0)
     bad("GgufWriter: alignment " + std::to_string(alignment_) + " is not a power of two");
   bool has_alignment_key = false;
@@ -185,21 +197,50 @@ std::vector<uint8_t> GgufWriter::serialize() const {
     for (uint64_t d : t.dims) b.put(d);
     b.put(static_cast<uint32_t>(t.type));
     b.put(offset);
-    offset += t.bytes.size();
+    offset += t.nbytes;
     offset = (offset + alignment_ - 1) / alignment_ * alignment_;
   }
   b.pad_to(alignment_);
-  const size_t data_start = b.out.size();
-  for (const auto& t : tensors_) {
-    b.out.resize(data_start + (b.out.size() - data_start + alignment_ - 1) / alignment_ * alignment_, 0);
-    b.out.insert(b.out.end(), t.bytes.begin(), t.bytes.end());
-  }
   return std::move(b.out);
 }
 
-void GgufWriter::write(const std::string& path) const {
-  const std::vector<uint8_t> bytes = serialize();
-  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "GGUF output");
+uint64_t GgufWriter::file_size() const {
+  uint64_t n = header().size();
+  for (const auto& t : tensors_) n = (n + alignment_ - 1) / alignment_ * alignment_ + t.nbytes;
+  return n;
+}
+
+std::vector<uint8_t> GgufWriter::serialize() const {
+  std::vector<uint8_t> out = header();
+  const size_t data_start = out.size();
+  for (const auto& t : tensors_) {
+    out.resize(data_start + (out.size() - data_start + alignment_ - 1) / alignment_ * alignment_, 0);
+    out.insert(out.end(), t.data(), t.data() + t.nbytes);
+  }
+  return out;
+}
+
+void GgufWriter::write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) const {
+  const std::vector<uint8_t> head = header();
+  uint64_t total = head.size();
+  for (const auto& t : tensors_) total = (total + alignment_ - 1) / alignment_ * alignment_ + t.nbytes;
+  AtomicWriter w(path, "GGUF output");
+  w.write(head.data(), head.size());
+  if (progress) progress(w.size(), total);
+  // The data section starts aligned (header() pads), so file offsets and data offsets agree
+  // modulo the alignment.
+  static const std::vector<char> kZeros(4096, 0);
+  for (const auto& t : tensors_) {
+    uint64_t pad = (alignment_ - w.size() % alignment_) % alignment_;
+    while (pad > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(pad, kZeros.size()));
+      w.write(kZeros.data(), n);
+      pad -= n;
+    }
+    w.write(t.data(), t.nbytes);
+    if (progress) progress(w.size(), total);
+  }
+  w.commit();
 }
 
 }  // namespace larql

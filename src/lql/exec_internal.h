@@ -63,6 +63,12 @@ Table exec_show_features(Session& s, const ShowStmt& st, Pos pos);
 Table exec_show_entities(Session& s, const ShowStmt& st, Pos pos);
 Table exec_infer(Session& s, const InferStmt& st, Pos pos);
 Table exec_trace(Session& s, const TraceStmt& st, Pos pos);
+/// DIFF a b: the features whose gate row, up row, down column (when both sides hold model
+/// weights) or down_meta top token differ. Errors: InvalidArgument for vindexes of different
+/// shapes; Unsupported for RELATION and INTO PATCH (not built yet).
+Table exec_diff(Session& s, const DiffStmt& st, Pos pos);
+/// COMPILE vref INTO MODEL path: the vindex exported as a GGUF (extract::export_gguf).
+Table exec_compile_model(Session& s, const CompileStmt& st, Pos pos);
 
 /// The residual rows a forward pass produced at one position, per layer.
 struct LayerRows {

@@ -231,9 +231,9 @@ Table run_statement(Session& s, const Statement& st) {
         } else if constexpr (std::is_same_v<T, PatchStmt>) {
           return detail::exec_patch(s, b, pos);
         } else if constexpr (std::is_same_v<T, DiffStmt>) {
-          not_built("DIFF", pos);
+          return detail::exec_diff(s, b, pos);
         } else if constexpr (std::is_same_v<T, CompileStmt>) {
-          if (b.into_model) not_built("COMPILE INTO MODEL", pos);
+          if (b.into_model) return detail::exec_compile_model(s, b, pos);
           return detail::exec_compile(s, b, pos);
         }
       },

@@ -1,6 +1,6 @@
 // The LQL executor (docs/lql.md "What runs"): runs parsed statements against a Session and
 // returns each result as a typed Table. Every statement and clause the parser accepts is either
-// honoured or rejected with Error{Unsupported} naming it and its position ("COMPILE INTO MODEL is
+// honoured or rejected with Error{Unsupported} naming it and its position ("COMPILE INTO VINDEX is
 // not built yet (1:1)") — never silently ignored.
 #pragma once
 

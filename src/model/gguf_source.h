@@ -34,6 +34,9 @@ class GgufSource final : public WeightSource {
   /// "xxh3-" + 16 hex digits of XXH3-64 over every byte of the file + "-" + its size in bytes.
   const std::string& fingerprint() const override { return fingerprint_; }
 
+  /// The parsed file (its metadata verbatim: extract/gguf_export.h copies it).
+  const GgufFile& file() const { return *file_; }
+
   GgufSource(std::shared_ptr<const GgufFile> file, const GgufFamily& family, ModelConfig config);
 
  private:

@@ -1,6 +1,7 @@
 #include "util/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -148,6 +149,7 @@ void check_output_path(const std::string& path, const std::string& flag) {
 AtomicWriter::AtomicWriter(const std::string& path, const std::string& flag) : flag_(flag) {
   if (path.empty()) throw Error(ErrorKind::InvalidArgument, flag + " needs a file name");
   target_ = resolve_target(path);
+  remove_stale_temps(target_);
   if (check_target(target_, path, flag)) {  // a device or pipe: nothing to replace atomically
     fd_ = ::open(target_.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd_ < 0) throw Error(ErrorKind::Io, label(flag, path) + ": cannot open for writing: " + os_reason(errno));
@@ -158,6 +160,7 @@ AtomicWriter::AtomicWriter(const std::string& path, const std::string& flag) : f
       throw Error(ErrorKind::Io, label(flag, path) + ": cannot create a file in " +
                                      fs::absolute(parent_dir(target_)).string() + ": " + os_reason(errno));
     ::fcntl(fd_, F_SETFD, FD_CLOEXEC);
+    ::flock(fd_, LOCK_EX | LOCK_NB);  // marks the temporary as live (remove_stale_temps)
     struct stat st {};
     const mode_t mode = ::stat(target_.c_str(), &st) == 0 ? (st.st_mode & 07777) : new_file_mode();
     ::fchmod(fd_, mode);
@@ -238,6 +241,25 @@ void AtomicWriter::commit() {
     fsync_dir(parent_dir(target_));
   }
   committed_ = true;
+}
+
+size_t remove_stale_temps(const std::string& path) {
+  const std::string target = resolve_target(path);
+  const std::string prefix = "." + fs::path(target).filename().string() + ".tmp-";
+  std::error_code ec;
+  size_t removed = 0;
+  for (fs::directory_iterator it(parent_dir(target), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || name.size() != prefix.size() + 6) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        ::unlink(it->path().c_str()) == 0)
+      ++removed;
+    ::close(fd);
+  }
+  return removed;
 }
 
 void write_file_atomic(const std::string& path, std::string_view data, const std::string& flag) {

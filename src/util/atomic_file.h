@@ -37,6 +37,9 @@ void check_output_path(const std::string& path, const std::string& flag);
 
 /// Writes a file atomically: temporary sibling, checked writes, fsync, rename, directory fsync.
 /// A target that exists and is not a regular file (/dev/null, a pipe) is written directly.
+/// The temporary sibling (`.<name>.tmp-XXXXXX`) is held under an exclusive flock(2) while the
+/// writer lives, so the next writer to the same target removes the temporaries of writers
+/// that were killed (remove_stale_temps) and leaves those of live ones alone.
 /// Errors: those of check_output_path() at construction; Error{Io} naming the file and the OS
 /// reason (ENOSPC, EIO, ...) from write() and commit(). The destructor removes the temporary
 /// file unless commit() succeeded, leaving the target untouched.
@@ -66,6 +69,12 @@ class AtomicWriter {
   uint64_t written_ = 0;
   std::vector<char> buf_;
 };
+
+/// Remove the temporary siblings of `path` (`.<name>.tmp-*`) that no live AtomicWriter holds
+/// (flock is released when a process dies, even by kill -9). Returns how many were removed.
+/// Best effort: entries that cannot be opened or removed are skipped. Temporaries of writers
+/// older than this lock (or of another program) that are not locked are removed too.
+size_t remove_stale_temps(const std::string& path);
 
 /// Write `data` to `path` through an AtomicWriter.
 void write_file_atomic(const std::string& path, std::string_view data, const std::string& flag = "output");

@@ -249,8 +249,8 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
       {"DELETE FROM EDGES WHERE entity = 'a'", "DELETE with this WHERE is not built yet (1:1)"},
       {"DELETE FROM EDGES WHERE layer = 1 AND feature = 2", "DELETE at 1:1 needs a vindex with model weights"},
       {"APPLY PATCH 'p.vlp'", "APPLY PATCH at 1:1 needs a vindex with model weights"},
-      {"DIFF CURRENT 'b.vindex'", "DIFF is not built yet"},
-      {"COMPILE CURRENT INTO MODEL 'x.gguf'", "COMPILE INTO MODEL is not built yet"},
+      {"DIFF CURRENT CURRENT RELATION 'capital'", "DIFF ... RELATION is not built yet (1:1)"},
+      {"DIFF CURRENT CURRENT INTO PATCH 'd.vlp'", "DIFF ... INTO PATCH is not built yet"},
       {"WALK 'xy' COMPARE", "WALK ... COMPARE is not built yet"},
       {"EXPLAIN INFER 'xy' WITH ATTENTION", "WITH ATTENTION is not built yet"},
       {"INFER 'xy' COMPARE", "INFER ... COMPARE is not built yet"},
@@ -268,6 +268,14 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
   ASSERT_EQ(p.rows.size(), 1u);
   EXPECT_EQ(std::get<std::string>(p.rows[0][1]), "p.vlp");
   EXPECT_EQ(std::get<std::string>(p.rows[0][2]), "recording");
+  EXPECT_NE(error_of("STATS |> SAVE PATCH").find("(1:10)"), std::string::npos);
+  // COMPILE INTO MODEL exports; a browse vindex has no weights to export and says which level.
+  EXPECT_NE(error_of("COMPILE CURRENT INTO MODEL 'x.gguf'").find("--level inference"), std::string::npos);
+  // DIFF of a vindex with itself: nothing differs (2 layers x 4 features compared).
+  const Table d = run("DIFF CURRENT CURRENT");
+  EXPECT_TRUE(d.rows.empty());
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_NE(d.notes[0].find("0 of 8 features differ"), std::string::npos) << d.notes[0];
   // The forward pass needs weights: a browse vindex says so.
   for (const std::string src : {"INFER 'xy'", "TRACE 'xy'", "EXPLAIN INFER 'xy'"})
     EXPECT_NE(error_of(src).find("needs a vindex with model weights"), std::string::npos) << src;

@@ -88,6 +88,21 @@ def hf_dir(model_path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def f32_vindex(larql_bin, hf_dir, tmp_path_factory):
+    """The Hugging Face fixture extracted once per session at level inference with every matrix in
+    f32 (`--quant none --dtype f32`): (path, extract's --json report). Shared by
+    test_vindex_float.py and test_export.py; read only."""
+    import json
+    out = tmp_path_factory.mktemp("vf") / "hf-f32.vindex"
+    r = subprocess.run([str(larql_bin), "extract", str(hf_dir), "-o", str(out), "--level", "inference", "--quant", "none",
+                        "--dtype", "f32", "--json", "-t", str(peer.THREADS)], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    print(f"\n[extract none/f32 from {hf_dir.name}] {info['seconds']:.1f} s, {info['bytes'] / 2**20:.0f} MiB")
+    return out, info
+
+
+@pytest.fixture(scope="session")
 def results_dir() -> Path:
     return peer.results_dir()
 

@@ -11,6 +11,8 @@
 - KNN: the same 10 facts answer; a prompt about another entity (same relation) is refused by the
   entity check, and answered with VERIFY OFF.
 - kill -9 during COMPILE at 5 random points leaves the source intact and no output that loads.
+- COMPILE CURRENT INTO MODEL (after APPLY PATCH): llama.cpp, loading the GGUF, answers >= 8 of the
+  10 facts.
 """
 from __future__ import annotations
 
@@ -141,6 +143,27 @@ def test_compiled_vindex_verifies_and_infers_as_base_plus_patch(compose_run, lar
     assert v.returncode == 0, v.stdout + v.stderr
     docs, _ = run_script(larql_bin, r["out"], infer_lines(r["probe"], 10), r["tmp"], "compiled")
     assert [logits(d) for d in docs] == r["edit_logits"]
+
+
+def test_compiled_gguf_answers_the_edits_in_llama_cpp(compose_run, larql_bin, inference_vindex, target_ids,
+                                                      llama_cpp_mod):
+    """COMPILE CURRENT INTO MODEL after APPLY PATCH: a GGUF whose plain forward pass — llama.cpp's —
+    carries the facts."""
+    r = compose_run
+    gguf = r["tmp"] / "edited.gguf"
+    docs, _ = run_script(larql_bin, inference_vindex, [f'APPLY PATCH "{r["patch"]}"', f'COMPILE CURRENT INTO MODEL "{gguf}"'],
+                         r["tmp"], "compile_model")
+    assert gguf.is_file()
+    llm = peer.load_llama(n_ctx=64, logits_all=False, model=gguf)
+    hits = 0
+    for (e, rel, _), want in zip(FACTS, target_ids):
+        ids = peer.llama_tokenize(llm, canonical(rel, e))
+        llm.reset()
+        llm.eval(ids)
+        hits += int(int(llm.scores[len(ids) - 1].argmax()) == want)
+    print(f"\n[compile into model] llama.cpp answers {hits}/10 edited facts")
+    assert hits >= 8
+    del llm
 
 
 def test_knn_facts_answer_and_the_entity_check_refuses_others(larql_bin, inference_vindex, tmp_path, target_ids):

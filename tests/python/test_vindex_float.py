@@ -2,8 +2,9 @@
 
 The fixture is the Hugging Face directory scripts/hf_from_gguf.py makes from the default GGUF
 with independent tools (conftest `hf_dir`: f32 safetensors in two shards, config.json,
-tokenizer.json). One f32 vindex is extracted from it per module (`larql extract HF_DIR --quant
-none --dtype f32`). Checks, each against an independent answer:
+tokenizer.json). One f32 vindex is extracted from it per session (conftest `f32_vindex`, shared
+with test_export.py: `larql extract HF_DIR --quant none --dtype f32`). Checks, each against an
+independent answer:
 - the exactness bar: logits of `larql perplexity` on the f32 vindex vs the float64 numpy Gemma 3
   forward (tests/python/gemma3_numpy.py) on the same weights, over 640 positions (past the
   512-token sliding window): max |Δ logit| <= 1e-3;
@@ -45,13 +46,6 @@ def _extract(larql_bin, source, out, quant, dtype):
     info = json.loads(r.stdout)
     print(f"\n[extract {quant}/{dtype} from {source.name}] {info['seconds']:.1f} s, {info['bytes'] / 2**20:.0f} MiB")
     return info
-
-
-@pytest.fixture(scope="module")
-def f32_vindex(larql_bin, hf_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("vf") / "hf-f32.vindex"
-    info = _extract(larql_bin, hf_dir, out, "none", "f32")
-    return out, info
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
 #include "util/atomic_file.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +65,26 @@ TEST_F(AtomicWriterTest, NoCommitKeepsTheOldFileAndRemovesTheTemporary) {
   }  // an exception path: destroyed without commit
   EXPECT_EQ(slurp(f), "precious");
   EXPECT_EQ(entries(), 1u);
+}
+
+TEST_F(AtomicWriterTest, TheNextWriterRemovesAKilledWritersTemporaryButNotALiveOnes) {
+  const fs::path f = dir_ / "model.gguf";
+  // A killed writer's temporary: nobody holds its lock. A live writer's: locked (flock is per open
+  // file, so this process's lock conflicts with the writer's own probe as another process's would).
+  spit(dir_ / ".model.gguf.tmp-dead01", "torn");
+  spit(dir_ / ".model.gguf.tmp-live01", "being written");
+  spit(dir_ / ".other.gguf.tmp-dead02", "another target's");
+  const int fd = ::open((dir_ / ".model.gguf.tmp-live01").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  write_file_atomic(f.string(), "new");
+  EXPECT_EQ(slurp(f), "new");
+  EXPECT_FALSE(fs::exists(dir_ / ".model.gguf.tmp-dead01"));
+  EXPECT_TRUE(fs::exists(dir_ / ".model.gguf.tmp-live01"));
+  EXPECT_TRUE(fs::exists(dir_ / ".other.gguf.tmp-dead02"));
+  ::close(fd);
+  EXPECT_EQ(remove_stale_temps(f.string()), 1u);  // unlocked now
+  EXPECT_EQ(entries(), 2u);
 }
 
 TEST_F(AtomicWriterTest, RefusesARegisteredInputByIdentityNotName) {

@@ -1,0 +1,182 @@
+// GGUF export (extract/gguf_export.h). Keys and defaults: llama.cpp llama-model.cpp
+// load_hparams (LLM_ARCH_GEMMA3, LLM_ARCH_LLAMA) and gguf-py's constants (Keys.LLM, Keys.Attention,
+// Keys.Rope); the family files (model/gemma3.cc, model/llama.cc) read the same keys back.
+#include "extract/gguf_export.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "formats/gguf.h"
+#include "model/family.h"
+#include "model/gguf_source.h"
+#include "model/vindex_source.h"
+#include "tokenizer/tokenizer.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace larql::extract {
+namespace {
+
+namespace k = config_keys;
+
+uint32_t u32_of(int64_t v, const std::string& key) {
+  if (v < 0 || v > static_cast<int64_t>(UINT32_MAX))
+    throw Error(ErrorKind::InvalidArgument, "export: " + key + " = " + std::to_string(v) + " does not fit a u32");
+  return static_cast<uint32_t>(v);
+}
+
+bool is_block_quantised(DType t) { return t != DType::F32 && t != DType::F16 && t != DType::BF16; }
+
+/// One tensor to write: where it comes from and the name llama.cpp knows it by.
+struct Item {
+  TensorRole role;
+  int64_t layer;
+  std::string out_name;
+  size_t rank;  ///< position in source.tensors() (storage order)
+};
+
+}  // namespace
+
+void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
+  if (c.arch != "gemma3" && c.arch != "llama")
+    throw Error(ErrorKind::Unsupported, "export: no GGUF metadata mapping for architecture '" + c.arch +
+                                            "' (this build exports gemma3 and llama)");
+  const std::string p = c.arch + ".";
+  auto u32 = [&](const char* key, int64_t v) { w.set(p + key, GgufValue::u32(u32_of(v, p + key))); };
+  auto f32 = [&](const char* key, double v) { w.set(p + key, GgufValue::f32(static_cast<float>(v))); };
+  w.set("general.architecture", GgufValue::str(c.arch));
+  if (!c.name.empty()) w.set("general.name", GgufValue::str(c.name));
+  u32(k::kContextLength, c.context_length);
+  u32(k::kEmbeddingLength, c.hidden);
+  u32(k::kBlockCount, c.n_layers);
+  u32(k::kFeedForwardLength, c.ffn);
+  u32(k::kHeadCount, c.n_heads);
+  u32(k::kHeadCountKv, c.n_kv_heads);
+  u32(k::kKeyLength, c.head_dim);
+  u32(k::kValueLength, c.head_dim);
+  f32(k::kRmsEpsilon, c.norm_eps);
+
+  // Global layers carry rope.freq_base and the scaling; sliding ones rope.freq_base_swa.
+  const LayerConfig* global = nullptr;
+  const LayerConfig* sliding = nullptr;
+  for (const LayerConfig& l : c.layers) {
+    if (l.sliding && !sliding) sliding = &l;
+    if (!l.sliding && !global) global = &l;
+  }
+  if (global) {
+    f32(k::kRopeFreqBase, global->rope_base);
+    if (global->rope_freq_scale != 1.0) {
+      w.set(p + k::kRopeScalingType, GgufValue::str("linear"));
+      f32(k::kRopeScalingFactor, 1.0 / global->rope_freq_scale);
+    }
+  }
+  if (c.arch == "gemma3") {
+    if (sliding) {
+      u32(k::kSlidingWindow, sliding->window);
+      f32(k::kRopeFreqBaseSwa, sliding->rope_base);
+    }
+    // attn_scale = 1 / sqrt(query_pre_attn_scalar); the reader's default is head_dim.
+    if (c.attn_scale > 0) {
+      const double qpas = 1.0 / (static_cast<double>(c.attn_scale) * c.attn_scale);
+      if (std::fabs(qpas - static_cast<double>(c.head_dim)) > 1e-3 * static_cast<double>(c.head_dim))
+        f32(k::kQueryPreAttnScalar, qpas);
+    }
+  } else {
+    u32(k::kRopeDimensionCount, c.head_dim);
+  }
+  if (c.final_logit_softcap > 0) f32(k::kFinalLogitSoftcap, c.final_logit_softcap);
+  if (c.attn_logit_softcap > 0) f32(k::kAttnLogitSoftcap, c.attn_logit_softcap);
+}
+
+ExportResult export_gguf(const WeightSource& source, const std::string& path, const ExportOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (path.empty()) throw Error(ErrorKind::InvalidArgument, "export: the output needs a file name");
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw Error(ErrorKind::InvalidArgument, "export: output " + path + " is a directory; give a file name (e.g. model.gguf)");
+  if (fs::exists(path, ec)) {
+    if (fs::equivalent(path, source.path(), ec))
+      throw Error(ErrorKind::InvalidArgument, "export: output " + path + " is the model being exported; refusing to overwrite it");
+    if (!opt.force)
+      throw Error(ErrorKind::InvalidArgument, "export: output " + path + " exists; pass --force to replace it");
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    throw Error(ErrorKind::NotFound, "export: output " + path + ": directory " + parent.string() + " does not exist");
+
+  const ModelConfig& c = source.config();
+  const GgufFamily* fam = find_gguf_family(c.arch);
+  if (fam == nullptr)
+    throw Error(ErrorKind::Unsupported, "export: " + source.path() + ": no llama.cpp tensor names for architecture '" +
+                                            c.arch + "'");
+
+  // Storage order: each source name's position in tensors().
+  const std::vector<SourceTensor> stored = source.tensors();
+  std::map<std::string, size_t> rank_of;
+  bool unique_names = true;
+  for (size_t i = 0; i < stored.size(); ++i) unique_names &= rank_of.emplace(stored[i].name, i).second;
+  if (!unique_names) rank_of.clear();  // names do not identify tensors: role order, count check
+
+  std::vector<Item> items;
+  std::vector<bool> covered(stored.size(), false);
+  for (TensorRole role : all_tensor_roles()) {
+    const bool per_layer = is_layer_role(role);
+    for (int64_t l = per_layer ? 0 : -1; l < (per_layer ? c.n_layers : 0); ++l) {
+      if (!source.tensor(role, l)) continue;
+      const std::string out = fam->tensor_name(role, l);
+      if (out.empty())
+        throw Error(ErrorKind::Unsupported, "export: " + source.path() + ": tensor " + source.tensor_name(role, l) +
+                                                " has no llama.cpp name in the " + c.arch + " family");
+      auto it = rank_of.find(source.tensor_name(role, l));
+      const size_t rank = it == rank_of.end() ? stored.size() : it->second;
+      if (rank < stored.size()) covered[rank] = true;
+      items.push_back({role, l, out, rank});
+    }
+  }
+  for (size_t i = 0; i < stored.size(); ++i)
+    if (unique_names ? !covered[i] : items.size() < stored.size())
+      throw Error(ErrorKind::Unsupported, "export: " + source.path() + ": tensor " + stored[i].name +
+                                              " has no role larql knows, so no llama.cpp name; refusing to drop it");
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.rank < b.rank; });
+
+  ExportResult r;
+  const auto* gguf = dynamic_cast<const GgufSource*>(&source);
+  GgufWriter w(gguf ? gguf->file().alignment() : 32);
+  if (gguf) {
+    const GgufFile& f = gguf->file();
+    // In the file's order: metadata_key(i) views the file's bytes, so its address orders them.
+    std::vector<size_t> order(f.metadata_count());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return f.metadata_key(a).data() < f.metadata_key(b).data(); });
+    for (size_t i : order) w.set(std::string(f.metadata_key(i)), f.metadata_value(i));
+    r.copied_metadata = true;
+  } else {
+    config_to_gguf(c, w);
+  }
+  bool quantised = false;
+  for (const Item& it : items) {
+    const auto t = source.tensor(it.role, it.layer);
+    quantised |= is_block_quantised(t->type);
+    w.add_tensor_view(it.out_name, t->type, t->dims, t->data, t->nbytes);
+  }
+  if (!gguf) {
+    if (quantised) w.set("general.quantization_version", GgufValue::u32(2));
+    vocab_to_gguf(source.vocabulary(), w);
+  }
+  r.tensors = items.size();
+  r.metadata = w.metadata_count();
+  w.write(path, opt.progress);
+  r.bytes = fs::file_size(path, ec);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace larql::extract

@@ -1,0 +1,195 @@
+// DIFF (two vindexes of one shape compared feature by feature) and COMPILE INTO MODEL (a vindex
+// exported as a GGUF, extract/gguf_export.h). docs/lql.md ("What runs").
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "extract/gguf_export.h"
+#include "lql/edits.h"
+#include "lql/exec_internal.h"
+#include "model/model.h"
+#include "model/vindex_source.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace larql::lql::detail {
+namespace {
+
+std::string ref_name(const VindexRef& r, Session& s) { return r.current ? s.path() : r.path; }
+
+/// A row of `t` as floats (dequantised; exact for float types).
+void row_floats(const TensorView& t, int64_t r, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(t.cols));
+  quant::dequantize_row(t.type, t.row(r), out.data(), t.cols);
+}
+
+/// A whole matrix as floats, row-major [rows, cols].
+std::vector<float> matrix_floats(const TensorView& t) {
+  std::vector<float> out(static_cast<size_t>(t.rows * t.cols));
+  for (int64_t r = 0; r < t.rows; ++r) quant::dequantize_row(t.type, t.row(r), out.data() + r * t.cols, t.cols);
+  return out;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += static_cast<double>(a[i]) * b[i];
+    aa += static_cast<double>(a[i]) * a[i];
+    bb += static_cast<double>(b[i]) * b[i];
+  }
+  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
+}
+
+[[noreturn]] void shape_error(const std::string& a, const std::string& b, const std::string& what, int64_t va, int64_t vb,
+                              Pos pos) {
+  throw Error(ErrorKind::InvalidArgument, "DIFF at " + pos.str() + ": " + a + " has " + std::to_string(va) + " " + what +
+                                              ", " + b + " has " + std::to_string(vb) +
+                                              ": only vindexes of the same shape compare feature by feature");
+}
+
+}  // namespace
+
+Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
+  if (st.relation)
+    not_built("DIFF ... RELATION", pos, "filtering the compared features by relation label");
+  if (st.into_patch) not_built("DIFF ... INTO PATCH", pos, "the patch format (.vlp) comes with the knowledge edits");
+  if (st.limit && *st.limit < 0)
+    throw Error(ErrorKind::InvalidArgument, "LIMIT " + std::to_string(*st.limit) + " at " + pos.str() + " is negative");
+
+  // Each side: the session itself for CURRENT, else a session of its own.
+  std::unique_ptr<Session> own_a, own_b;
+  auto side = [&](const VindexRef& r, std::unique_ptr<Session>& own) -> Session& {
+    if (r.current) {
+      s.index();  // InvalidArgument when no vindex is in use
+      return s;
+    }
+    own = std::make_unique<Session>(SessionOptions{1, s.options().models_dir});
+    own->set_cancel(s.cancel_flag());
+    own->use(r.path);
+    return *own;
+  };
+  Session& A = side(st.a, own_a);
+  Session& B = side(st.b, own_b);
+  const std::string na = ref_name(st.a, s), nb = ref_name(st.b, s);
+  const auto &ia = A.index(), &ib = B.index();
+  if (ia.layers.size() != ib.layers.size())
+    shape_error(na, nb, "gate layers", static_cast<int64_t>(ia.layers.size()), static_cast<int64_t>(ib.layers.size()), pos);
+  if (ia.hidden_size != ib.hidden_size) shape_error(na, nb, "hidden size", ia.hidden_size, ib.hidden_size, pos);
+  for (size_t l = 0; l < ia.layers.size(); ++l)
+    if (ia.layers[l].num_features != ib.layers[l].num_features)
+      shape_error(na, nb, "features at layer " + std::to_string(l), ia.layers[l].num_features, ib.layers[l].num_features,
+                  pos);
+
+  std::vector<int64_t> layers;
+  if (st.layer) {
+    check_layer(A, *st.layer, pos);
+    layers.push_back(*st.layer);
+  } else {
+    layers = layers_of(A, std::nullopt, pos);
+  }
+  // The FFN's up rows and down columns are compared when both sides hold model weights.
+  const bool weights = A.runs_model() && B.runs_model();
+  std::shared_ptr<const Model> ma, mb;
+  if (weights) {
+    ma = A.model("DIFF");
+    mb = B.model("DIFF");
+  }
+
+  Table t;
+  t.statement = "DIFF";
+  t.title = "Features that differ: " + na + " -> " + nb;
+  t.columns = {{"layer", Column::Type::Int},  {"feature", Column::Type::Int}, {"changed"},
+               {"old_top"},                   {"new_top"},                   {"gate_cos", Column::Type::Float, 4}};
+  int64_t total = 0, compared = 0;
+  std::vector<float> ga, gb;
+  for (int64_t l : layers) {
+    s.check_cancel();
+    const TensorView gate_a = A.gate(l), gate_b = B.gate(l);
+    std::vector<float> down_a, down_b;
+    TensorView up_a, up_b;
+    int64_t down_rows = 0, nf_down = 0;
+    if (weights) {
+      const auto& la = ma->weights().layers[static_cast<size_t>(l)];
+      const auto& lb = mb->weights().layers[static_cast<size_t>(l)];
+      up_a = la.w_up;
+      up_b = lb.w_up;
+      down_a = matrix_floats(la.w_down);  // [hidden, ffn]: feature f is column f
+      down_b = matrix_floats(lb.w_down);
+      down_rows = la.w_down.rows;
+      nf_down = la.w_down.cols;
+    }
+    std::vector<float> ua, ub;
+    for (int64_t f = 0; f < gate_a.rows; ++f) {
+      std::string changed;
+      auto mark = [&](const char* part) { changed += (changed.empty() ? "" : ",") + std::string(part); };
+      row_floats(gate_a, f, ga);
+      row_floats(gate_b, f, gb);
+      const bool gate_changed = !same_bits(ga.data(), gb.data(), ga.size());
+      if (gate_changed) mark("gate");
+      if (weights) {
+        row_floats(up_a, f, ua);
+        row_floats(up_b, f, ub);
+        if (!same_bits(ua.data(), ub.data(), ua.size())) mark("up");
+        for (int64_t r = 0; r < down_rows; ++r)
+          if (std::memcmp(&down_a[r * nf_down + f], &down_b[r * nf_down + f], sizeof(float)) != 0) {
+            mark("down");
+            break;
+          }
+      }
+      const auto top_a = feature_top(A, l, f), top_b = feature_top(B, l, f);
+      const bool top_changed = (top_a.has_value() != top_b.has_value()) || (top_a && top_a->first != top_b->first);
+      if (top_changed) mark("top_token");
+      ++compared;
+      if (changed.empty()) continue;
+      ++total;
+      if (st.limit && static_cast<int64_t>(t.rows.size()) >= *st.limit) continue;
+      Cell old_top, new_top;
+      if (top_a) old_top = A.token_text(top_a->first);
+      if (top_b) new_top = B.token_text(top_b->first);
+      t.rows.push_back({l, f, changed, old_top, new_top, cosine(ga, gb)});
+    }
+  }
+  t.notes.push_back(std::to_string(total) + " of " + std::to_string(compared) + " features differ (compared: gate rows" +
+                    (weights ? ", up rows, down columns" : "") + ", down_meta top token" +
+                    (weights ? "" : "; up / down need model weights on both sides") + ")");
+  if (st.limit && total > *st.limit)
+    t.notes.push_back("showing " + std::to_string(*st.limit) + " of " + std::to_string(total) + " rows");
+  return t;
+}
+
+Table exec_compile_model(Session& s, const CompileStmt& st, Pos pos) {
+  const std::string src = st.source.current ? s.path() : st.source.path;
+  // CURRENT: the model the session runs — the vindex's weights with its edits (an OverlaySource
+  // after INSERT / APPLY PATCH), so the GGUF answers as INFER does. A path: that vindex as stored.
+  std::shared_ptr<const Model> model;
+  if (st.source.current) {
+    model = s.model("COMPILE INTO MODEL");
+  } else {
+    auto source = VindexSource::open(src);  // Unsupported naming the level for a browse-level vindex
+    model = Model::load(source);            // every tensor shape-checked before a byte is written
+  }
+  extract::ExportOptions opt;
+  opt.force = true;  // COMPILE replaces its output, atomically
+  if (const auto* flag = s.cancel_flag())
+    opt.progress = [flag](uint64_t, uint64_t) {
+      if (flag->load()) throw Error(ErrorKind::Cancelled, "COMPILE INTO MODEL cancelled");
+    };
+  const auto r = extract::export_gguf(model->source(), st.path, opt);
+  Table t;
+  t.statement = "COMPILE";
+  t.title = "Compiled " + src + " into " + st.path + " (" + pos.str() + ")";
+  t.columns = {{"key"}, {"value"}};
+  t.rows.push_back({std::string("path"), st.path});
+  t.rows.push_back({std::string("tensors"), std::to_string(r.tensors)});
+  t.rows.push_back({std::string("metadata"), std::to_string(r.metadata)});
+  t.rows.push_back({std::string("bytes"), std::to_string(r.bytes)});
+  if (st.source.current && !s.edits().knn.empty())
+    t.notes.push_back(std::to_string(s.edits().knn.size()) +
+                      " KNN fact(s) are not in the GGUF: a GGUF holds weights only (INSERT ... MODE COMPOSE "
+                      "writes a fact into the weights)");
+  return t;
+}
+
+}  // namespace larql::lql::detail
