@@ -35,6 +35,7 @@ struct ServeArgs {
   int timeout_s = 600;
   int drain_s = 10;
   int max_connections = 256;
+  int read_timeout_s = 30;
   std::string alias;
   std::string tls_cert, tls_key;
 };
@@ -87,6 +88,7 @@ void serve(ServeArgs& a) {
   ho.rate_limit_per_min = a.rate_limit;
   ho.trust_proxy = a.trust_proxy;
   ho.max_connections = a.max_connections;
+  ho.read_timeout_s = a.read_timeout_s;
   ho.drain_timeout_s = a.drain_s;
   ho.tls_cert = a.tls_cert;
   ho.tls_key = a.tls_key;
@@ -156,6 +158,8 @@ void register_serve(CLI::App& app) {
   cmd->add_flag("--trust-proxy", a->trust_proxy, "rate-limit by X-Forwarded-For's first address (behind a proxy)");
   add_int_flag(cmd, "--timeout", a->timeout_s, 1, 86400, "seconds a request may generate (default 600)");
   add_int_flag(cmd, "--drain", a->drain_s, 0, 3600, "seconds SIGTERM waits for in-flight requests (default 10)");
+  add_int_flag(cmd, "--read-timeout", a->read_timeout_s, 1, 3600,
+               "seconds a whole request may take to arrive; slower clients are dropped (default 30)");
   add_int_flag(cmd, "--max-connections", a->max_connections, 1, 100000, "open connections at most (default 256)");
   cmd->add_option("--tls-cert", a->tls_cert, "serve HTTPS with this PEM certificate (chain); needs --tls-key");
   cmd->add_option("--tls-key", a->tls_key, "the PEM private key of --tls-cert");

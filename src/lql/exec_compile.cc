@@ -91,8 +91,11 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
     const auto rel = out.lexically_relative(csrc);
     if (!rel.empty() && *rel.begin() != "..")
       throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": the output " + st.path + " is inside the source vindex");
-    if (fs::exists(out, ec) && !fs::is_directory(out, ec))
-      throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": " + st.path + " exists and is not a directory");
+    // Never replace what is there: a directory that is not a vindex, or one holding the source,
+    // would be lost (LQL has no --force; remove the old output first).
+    if (fs::exists(out, ec))
+      throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": " + st.path +
+                                                  " already exists; remove it first or choose another path");
     if (!fs::is_directory(out.parent_path(), ec))
       throw Error(ErrorKind::NotFound, "COMPILE at " + pos.str() + ": no directory " + out.parent_path().string());
   }

@@ -2,6 +2,7 @@
 // exported as a GGUF, extract/gguf_export.h). docs/lql.md ("What runs").
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "extract/gguf_export.h"
@@ -170,8 +171,20 @@ Table exec_compile_model(Session& s, const CompileStmt& st, Pos pos) {
     auto source = VindexSource::open(src);  // Unsupported naming the level for a browse-level vindex
     model = Model::load(source);            // every tensor shape-checked before a byte is written
   }
+  {
+    // Never overwrite: an existing file (LQL has no --force) or anything inside the vindex in use.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (st.path.empty()) throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": the output path is empty");
+    if (fs::exists(st.path, ec))
+      throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": " + st.path +
+                                                  " already exists; remove it first or choose another path");
+    const auto rel = fs::weakly_canonical(fs::absolute(st.path)).lexically_relative(fs::weakly_canonical(fs::absolute(s.path())));
+    if (!rel.empty() && *rel.begin() != "..")
+      throw Error(ErrorKind::InvalidArgument, "COMPILE at " + pos.str() + ": the output " + st.path + " is inside the vindex in use");
+  }
   extract::ExportOptions opt;
-  opt.force = true;  // COMPILE replaces its output, atomically
+  opt.force = false;
   if (const auto* flag = s.cancel_flag())
     opt.progress = [flag](uint64_t, uint64_t) {
       if (flag->load()) throw Error(ErrorKind::Cancelled, "COMPILE INTO MODEL cancelled");

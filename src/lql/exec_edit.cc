@@ -205,7 +205,14 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   const int64_t hidden = s.index().hidden_size;
   const int64_t layer = st.layer.value_or(default_layer(s));
   check_layer(s, layer, pos);
-  if (st.entity.empty()) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the entity is empty");
+  auto blank = [](const std::string& x) { return x.find_first_not_of(" \t\n\r") == std::string::npos; };
+  if (blank(st.entity)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the entity is empty");
+  if (blank(st.relation)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the relation is empty");
+  if (blank(st.target)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the target is empty");
+  if (st.confidence && !(*st.confidence >= 0 && *st.confidence <= 1))
+    throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": CONFIDENCE must be in [0, 1]");
+  if (st.alpha && !(*st.alpha > 0 && *st.alpha <= 100))
+    throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": ALPHA must be in (0, 100]");
   const std::string prompt = canonical_prompt(st.relation, st.entity);
   const int64_t target = target_token(s, st.target, pos);
   const double conf = st.confidence.value_or(1.0);
@@ -483,6 +490,23 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
       if (ed.recording && !ed.anonymous)
         throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": patch \"" + ed.recording->name +
                                                     "\" is being recorded (SAVE PATCH first)");
+      {
+        // The file SAVE PATCH will write: checked now, before any edit is recorded. A patch file
+        // ends in .vlp (so SAVE never replaces another kind of file), lives in an existing
+        // directory, and never inside the vindex in use.
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        const fs::path path = fs::weakly_canonical(fs::absolute(st.name));
+        if (path.extension() != ".vlp")
+          throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": a patch file's name ends in .vlp, got "" + st.name + """);
+        if (!fs::is_directory(path.parent_path(), ec))
+          throw Error(ErrorKind::NotFound, "BEGIN PATCH at " + pos.str() + ": no directory " + path.parent_path().string());
+        const auto rel = path.lexically_relative(fs::weakly_canonical(fs::absolute(s.path())));
+        if (!rel.empty() && *rel.begin() != "..")
+          throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": " + st.name + " is inside the vindex in use");
+        if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
+          throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": " + st.name + " exists and is not a file");
+      }
       if (!ed.recording) ed.recording = NamedPatch{st.name, Patch{}};
       ed.recording->name = st.name;
       ed.anonymous = false;

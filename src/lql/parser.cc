@@ -75,6 +75,8 @@ class Parser {
     return true;
   }
 
+  static constexpr int kMaxCondDepth = 256;
+  int cond_depth_ = 0;
   [[noreturn]] void fail_at(const Pos& p, const std::string& what) const {
     throw Error(ErrorKind::InvalidArgument, what + " at " + p.str());
   }
@@ -211,6 +213,14 @@ class Parser {
     return c;
   }
   Cond not_cond() {
+    // Nesting (parentheses, NOT) is bounded: the parser and the tree's destructor recurse.
+    struct Depth {
+      int& d;
+      explicit Depth(int& x) : d(++x) {}
+      ~Depth() { --d; }
+    } guard(cond_depth_);
+    if (cond_depth_ > kMaxCondDepth)
+      fail_at(peek().pos, "a condition nested more than " + std::to_string(kMaxCondDepth) + " deep");
     if (at_word("NOT")) {
       const Pos p = next().pos;
       return negate(not_cond(), p);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
@@ -256,10 +257,18 @@ void HttpServer::run() {
       continue;
     }
     ++connections_;
+    {
+      std::lock_guard<std::mutex> lock(fds_mu_);
+      fds_.insert(fd);
+    }
     std::thread([this, fd, peer = std::string(host)] {
       try {
         serve_connection(fd, peer);
       } catch (...) {
+      }
+      {
+        std::lock_guard<std::mutex> lock(fds_mu_);
+        fds_.erase(fd);
       }
       --connections_;
     }).detach();
@@ -269,10 +278,17 @@ void HttpServer::run() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(opt_.drain_timeout_s);
   while (connections_.load() > 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // The drain is over: cut what is left (a stream still running, an idle kept-alive connection)
+  // and wait for every connection thread to end, so none outlives the routes it calls.
+  {
+    std::lock_guard<std::mutex> lock(fds_mu_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+  while (connections_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 void HttpServer::serve_connection(int fd, std::string peer) {
-  set_timeout(fd, SO_RCVTIMEO, opt_.read_timeout_s);
+  // Reads are bounded by their own deadlines (serve_stream, the TLS handshake).
   set_timeout(fd, SO_SNDTIMEO, opt_.read_timeout_s);
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -289,7 +305,20 @@ void HttpServer::serve_connection(int fd, std::string peer) {
   }
   if (tls_) {
     ssl::stream<tcp::socket> stream(std::move(sock), *tls_);
-    stream.handshake(ssl::stream_base::server, ec);  // bounded by SO_RCVTIMEO
+    // The handshake, bounded by read_timeout_s like a request (non-blocking reads and poll()).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt_.read_timeout_s);
+    stream.next_layer().non_blocking(true, ec);
+    for (;;) {
+      ec = {};
+      stream.handshake(ssl::stream_base::server, ec);
+      if (ec != net::error::would_block && ec != net::error::try_again) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (stopping_ || left.count() <= 0) break;
+      pollfd p{fd, POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200)));
+    }
+    beast::error_code ignored;
+    stream.next_layer().non_blocking(false, ignored);
     if (!ec) serve_stream(stream, fd, peer);
     stream.shutdown(ec);
     stream.next_layer().close(ec);
@@ -308,7 +337,30 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(opt_.max_body_bytes);
     parser.header_limit(64 * 1024);
-    http::read(sock, buf, parser, ec);
+    // The whole request — or the wait for the next one on a kept-alive connection — must arrive
+    // within read_timeout_s: a client that trickles bytes (slowloris) is dropped. Asio's blocking
+    // reads ignore SO_RCVTIMEO (they poll without a timeout), so the socket reads non-blocking
+    // here and this loop waits with poll() up to the deadline.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt_.read_timeout_s);
+    auto& raw = beast::get_lowest_layer(sock);
+    beast::error_code ignored;
+    raw.non_blocking(true, ignored);
+    for (;;) {
+      ec = {};
+      http::read_some(sock, buf, parser, ec);
+      if (!ec && parser.is_done()) break;
+      const bool again = ec == net::error::would_block || ec == net::error::try_again;
+      if (ec && !again) break;
+      if (!ec) continue;  // progress; the request is not complete yet
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (stopping_ || left.count() <= 0) {
+        ec = net::error::timed_out;
+        break;
+      }
+      pollfd p{fd, POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200)));
+    }
+    raw.non_blocking(false, ignored);  // responses are written blocking (bounded by SO_SNDTIMEO)
     if (ec == http::error::end_of_stream || ec == net::error::eof) break;
     const unsigned version = parser.get().version() ? parser.get().version() : 11;
     if (ec) {
@@ -364,7 +416,10 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
       r.send(common.empty() ? 403 : 204, "text/plain", "");
     } else if (!opt_.api_key.empty() && req.path != "/health") {
       std::string offered = req.header("authorization");
-      if (offered.rfind("Bearer ", 0) == 0) offered = offered.substr(7);
+      // The scheme is case-insensitive (RFC 9110 §11.1).
+      std::string scheme = offered.substr(0, 7);
+      std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (scheme == "bearer ") offered = offered.substr(7);
       else offered = req.header("x-api-key");
       if (offered.empty() || !key_matches(offered, opt_.api_key)) {
         r.send(401, "application/json",
@@ -379,7 +434,7 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
              error_json("rate limit: more than " + std::to_string(static_cast<int>(opt_.rate_limit_per_min)) +
                             " requests per minute from " + req.client,
                         reason_type(429), "", "rate_limit_exceeded"),
-             {{"Retry-After", "1"}});
+             {{"Retry-After", std::to_string(static_cast<int>(std::ceil(60.0 / opt_.rate_limit_per_min)))}});
     }
     if (!r.sent()) {
       try {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -75,7 +76,8 @@ class HttpServer {
   ~HttpServer();
   /// The bound port.
   int port() const { return port_; }
-  /// Accept and serve until stop(); then wait (up to drain_timeout_s) for open requests.
+  /// Accept and serve until stop(); then wait (up to drain_timeout_s) for open requests, shut
+  /// down the connections still open, and return once every connection thread has ended.
   void run();
   /// Stop accepting (safe from any thread).
   void stop() { stopping_ = true; }
@@ -97,6 +99,8 @@ class HttpServer {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> connections_{0};
+  std::mutex fds_mu_;
+  std::set<int> fds_;  ///< open connections' sockets (shut down when the drain ends)
   std::mutex rate_mu_;
   struct Bucket {
     double tokens = 0;

@@ -179,6 +179,10 @@ void Api::operator()(const Request& req, Responder& r) {
     } else {
       bad("", "no route " + req.method + " " + req.path, 404);
     }
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    ++errors_;
+    r.send(400, "application/json", error_json(std::string("the request body cannot be read: ") + e.what(),
+                                               "invalid_request_error"));
   } catch (const BadRequest& e) {
     ++errors_;
     const char* type = e.status == 404 ? "not_found_error" : e.status == 429 ? "rate_limit_error"
@@ -228,8 +232,11 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
       std::string role = m["role"].get<std::string>();
       if (role == "developer") role = "system";
       if (role != "system" && role != "user" && role != "assistant")
-        bad("messages[" + std::to_string(i) + "].role", "role '" + role + "' is not one of system, user, assistant");
-      msgs.push_back({role, text_of_content(m.value("content", json(nullptr)), i)});
+        bad("messages[" + std::to_string(i) + "].role",
+            "role '" + role + "' is not one of system, developer, user, assistant");
+      if (!m.contains("content") || m["content"].is_null())
+        bad("messages[" + std::to_string(i) + "].content", "each message needs its 'content'");
+      msgs.push_back({role, text_of_content(m["content"], i)});
     }
     const auto format = chat_format_of(tok_);
     if (!format) bad("messages", "this model has no chat template larql applies; use /v1/completions");

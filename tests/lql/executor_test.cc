@@ -262,6 +262,9 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
             std::string::npos);
   EXPECT_NE(error_of("REMOVE PATCH 'p.vlp'", ErrorKind::NotFound).find("REMOVE PATCH at 1:1: no patch \"p.vlp\""),
             std::string::npos);
+  // A patch file ends in .vlp, in an existing directory, outside the vindex in use.
+  EXPECT_NE(error_of("BEGIN PATCH 'notes.txt'", ErrorKind::InvalidArgument).find("ends in .vlp"), std::string::npos);
+  EXPECT_NE(error_of("BEGIN PATCH '/no/such/dir/p.vlp'", ErrorKind::NotFound).find("no directory"), std::string::npos);
   // Recording needs no weights; SHOW PATCHES lists the recording.
   run("BEGIN PATCH 'p.vlp'");
   const Table p = run("SHOW PATCHES");

@@ -148,6 +148,14 @@ TEST(ParserTest, ErrorsSayWhatWasExpectedWhere) {
   EXPECT_EQ(error_of("DESCRIBE \"x\"\n  AT LAYER"), "expected a layer number (a non-negative integer) at 2:11, found end of input");
   EXPECT_EQ(error_of("EXPLAIN WALK \"x\" WITH ATTENTION"), "expected \";\" or end of input at 1:18, found \"WITH\"");
   EXPECT_THROW(parse_one("STATS; STATS"), Error);
+  // Nesting is bounded (the parser recurses): 256 levels parse, deeper is an error, not a crash.
+  EXPECT_NO_THROW(parse_one("SELECT * FROM EDGES WHERE " + std::string(255, '(') + "layer = 1" + std::string(255, ')')));
+  EXPECT_NE(error_of("SELECT * FROM EDGES WHERE " + std::string(20000, '(') + "layer = 1" + std::string(20000, ')'))
+                .find("nested more than 256 deep"),
+            std::string::npos);
+  std::string nots;
+  for (int i = 0; i < 20000; ++i) nots += "NOT ";
+  EXPECT_NE(error_of("SELECT * FROM EDGES WHERE " + nots + "layer = 1").find("nested more than 256 deep"), std::string::npos);
 }
 
 }  // namespace

@@ -205,3 +205,35 @@ def test_kill9_during_compile_leaves_source_intact(compose_run, larql_bin, infer
             assert l.returncode != 0
     after = subprocess.run([str(larql_bin), "verify", str(inference_vindex)], capture_output=True, text=True, timeout=600)
     assert after.returncode == 0, after.stdout
+
+
+def test_compile_and_patch_paths_never_replace_what_is_there(larql_bin, inference_vindex, tmp_path):
+    """COMPILE never replaces an existing directory or file, nor writes inside the vindex in use;
+    BEGIN PATCH refuses a name that SAVE would write over something else."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("keep me")
+    keep = tmp_path / "keep.txt"
+    keep.write_text("keep me too")
+    index_json = inference_vindex / "index.json"
+    before = index_json.read_bytes()
+    for stmt, needle in [(f'COMPILE CURRENT INTO VINDEX "{victim}"', "already exists"),
+                         (f'COMPILE CURRENT INTO MODEL "{keep}"', "already exists"),
+                         (f'COMPILE CURRENT INTO MODEL "{index_json}"', "already exists"),
+                         (f'COMPILE CURRENT INTO MODEL "{inference_vindex}/new.gguf"', "inside the vindex in use"),
+                         (f'BEGIN PATCH "{inference_vindex}/index.json"', "ends in .vlp"),
+                         (f'BEGIN PATCH "{inference_vindex}/p.vlp"', "inside the vindex in use")]:
+        r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "-e", stmt], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode != 0 and needle in r.stderr, (stmt, r.stderr)
+    assert (victim / "notes.txt").read_text() == "keep me" and keep.read_text() == "keep me too"
+    assert index_json.read_bytes() == before and not (inference_vindex / "new.gguf").exists()
+    for bad in ['("Zed", "", "Oslo")', '("Zed", "capital", " ")']:
+        r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "-e",
+                            f"INSERT INTO EDGES (entity, relation, target) VALUES {bad}"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode != 0 and "is empty" in r.stderr, r.stderr
+    r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "-e",
+                        'INSERT INTO EDGES (entity, relation, target) VALUES ("Zed", "capital", "Oslo") ALPHA 0'],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "ALPHA must be in" in r.stderr

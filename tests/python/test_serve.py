@@ -372,3 +372,56 @@ def test_json_object_output_parses(server):
         c.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], max_tokens=4,
                                   response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": {}}})
     assert e.value.body["param"] == "response_format"
+
+
+def test_slow_clients_are_dropped_and_bad_numbers_are_400(larql_bin, model_path):
+    s = Server(larql_bin, model_path, "--read-timeout", "2", "--api-key", "k")
+    try:
+        # Headers trickled one byte every 0.3 s: cut after ~2 s, long before they are complete.
+        conn = socket.create_connection(("127.0.0.1", s.port))
+        req = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 40 + b"\r\n\r\n"
+        t0, closed = time.time(), False
+        for b in req:
+            try:
+                conn.sendall(bytes([b]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.3)
+            if time.time() - t0 > 8:
+                break
+        if not closed:
+            conn.settimeout(5)
+            try:
+                closed = conn.recv(100) == b""
+            except OSError:
+                closed = True
+        assert closed and time.time() - t0 < 8
+        conn.close()
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="k", max_retries=0, timeout=60)
+        for body in ('{"prompt": "x", "max_tokens": 1e400}', '{"prompt": "x", "temperature": 1e999}'):
+            req = urllib.request.Request(s.url + "/v1/completions", data=body.encode(), method="POST",
+                                         headers={"Authorization": "bearer k"})  # the scheme is case-insensitive
+            with pytest.raises(urllib.error.HTTPError) as h:
+                urllib.request.urlopen(req, timeout=10)
+            assert h.value.code == 400, body
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="x", messages=[{"role": "user"}], max_tokens=2)
+        assert e.value.body["param"] == "messages[0].content"
+    finally:
+        assert s.stop() == 0
+
+
+def test_sigterm_mid_stream_ends_cleanly(larql_bin, model_path):
+    """A stream still running when the drain ends is cut; every chunk before is well-formed."""
+    s = Server(larql_bin, model_path, "--drain", "1", "--alias", "the-model")
+    out = subprocess.Popen(["curl", "-sS", "-N", s.url + "/v1/completions", "-d",
+                            json.dumps({"prompt": "Once upon", "max_tokens": 3000, "stream": True,
+                                        "stream_options": {"include_usage": True}})],
+                           stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    s.proc.send_signal(signal.SIGTERM)
+    text, _ = out.communicate(timeout=60)
+    assert s.proc.wait(timeout=30) == 0
+    chunks = [json.loads(l[6:]) for l in text.splitlines() if l.startswith("data: {")]
+    assert chunks and all(ch["model"] == "the-model" for ch in chunks)
