@@ -172,8 +172,8 @@ def test_scripts_stop_at_the_first_error(larql_bin, inference_vindex, tmp_path):
     r = lql(larql_bin, inference_vindex, "--json", stdin="STATS;\nSHOW LAYERS 0-1\n;")
     assert r.returncode == 0, r.stderr
     assert [d["statement"] for d in docs(r.stdout)] == ["STATS", "SHOW"]
-    r = lql(larql_bin, inference_vindex, "-e", "COMPILE CURRENT INTO VINDEX 'x.vindex'", cwd=tmp_path)
-    assert r.returncode == 1 and "COMPILE INTO VINDEX is not built yet (1:1)" in r.stderr
+    r = lql(larql_bin, inference_vindex, "-e", "DIFF CURRENT CURRENT INTO PATCH 'd.vlp'", cwd=tmp_path)
+    assert r.returncode == 1 and "DIFF ... INTO PATCH is not built yet (1:1)" in r.stderr
 
 
 class Pty:
