@@ -25,6 +25,7 @@
 #include "quant/quant.h"
 #include "tokenizer/hf_json.h"
 #include "util/atomic_file.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/thread_pool.h"
@@ -67,15 +68,6 @@ void write_rows(AtomicWriter& out, const TensorView& w, const std::string& dtype
       if (tick) tick(r + 1);
     }
   }
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // Trimmed text of a token as down_meta's readers show it; "" for a token that shows nothing.
@@ -361,7 +353,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     const char* source_format = fmt.rfind("GGUF", 0) == 0 ? "gguf" : fmt.rfind("Hugging Face", 0) == 0 ? "safetensors" : "vindex";
     fs::path src_path = fs::path(model.path());
     if (src_path.filename().empty()) src_path = src_path.parent_path();  // "dir/"
-    x.source = vindex::Source{source_format, src_path.filename().string(), model.fingerprint(), utc_now(), opt.larql_version};
+    x.source = vindex::Source{source_format, src_path.filename().string(), model.fingerprint(), utc_timestamp(), opt.larql_version};
     x.num_layers = c.n_layers;
     x.hidden_size = c.hidden;
     x.intermediate_size = c.ffn;

@@ -15,6 +15,7 @@
 #include "quant/quant.h"
 #include "util/half.h"
 #include <cstring>
+#include "util/clock.h"
 #include "util/error.h"
 
 namespace larql::lql::detail {
@@ -22,15 +23,6 @@ namespace larql::lql::detail {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -260,15 +252,19 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   });
   // Modified Gram-Schmidt: r = x0 minus its projection on span(decoys).
   std::vector<std::vector<double>> basis;
+  // v minus its projection on each basis vector in turn (modified Gram-Schmidt).
+  auto project_out = [&](std::vector<double>& v) {
+    for (const auto& b : basis) {
+      double p = 0;
+      for (int64_t i = 0; i < hidden; ++i) p += v[static_cast<size_t>(i)] * b[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < hidden; ++i) v[static_cast<size_t>(i)] -= p * b[static_cast<size_t>(i)];
+    }
+  };
   std::vector<double> mean(static_cast<size_t>(hidden), 0.0);
   for (const auto& d : decoys) {
     std::vector<double> q(d.begin(), d.end());
     for (int64_t i = 0; i < hidden; ++i) mean[static_cast<size_t>(i)] += d[static_cast<size_t>(i)] / static_cast<double>(decoys.size());
-    for (const auto& b : basis) {
-      double p = 0;
-      for (int64_t i = 0; i < hidden; ++i) p += q[static_cast<size_t>(i)] * b[static_cast<size_t>(i)];
-      for (int64_t i = 0; i < hidden; ++i) q[static_cast<size_t>(i)] -= p * b[static_cast<size_t>(i)];
-    }
+    project_out(q);
     double n = 0;
     for (double v : q) n += v * v;
     n = std::sqrt(n);
@@ -277,11 +273,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
     basis.push_back(std::move(q));
   }
   std::vector<double> r(x0.begin(), x0.end());
-  for (const auto& b : basis) {
-    double p = 0;
-    for (int64_t i = 0; i < hidden; ++i) p += r[static_cast<size_t>(i)] * b[static_cast<size_t>(i)];
-    for (int64_t i = 0; i < hidden; ++i) r[static_cast<size_t>(i)] -= p * b[static_cast<size_t>(i)];
-  }
+  project_out(r);
   double s0 = 0;
   for (double v : r) s0 += v * v;
   s0 = std::sqrt(s0);
@@ -520,7 +512,7 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
       NamedPatch p = *ed.recording;
       p.patch.base_model = s.index().model;
       p.patch.base_fingerprint = base()->fingerprint();
-      p.patch.created_at = now_utc();
+      p.patch.created_at = utc_timestamp();
       p.patch.description = p.name;
       save_patch(p.name, p.patch);
       // The recorded ops stay live, now as an applied patch.
