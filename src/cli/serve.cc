@@ -36,6 +36,7 @@ struct ServeArgs {
   int drain_s = 10;
   int max_connections = 256;
   int read_timeout_s = 30;
+  int ws_idle_s = 300;
   std::string alias;
   std::string tls_cert, tls_key;
 };
@@ -89,6 +90,7 @@ void serve(ServeArgs& a) {
   ho.trust_proxy = a.trust_proxy;
   ho.max_connections = a.max_connections;
   ho.read_timeout_s = a.read_timeout_s;
+  ho.ws_idle_timeout_s = a.ws_idle_s;
   ho.drain_timeout_s = a.drain_s;
   ho.tls_cert = a.tls_cert;
   ho.tls_key = a.tls_key;
@@ -160,6 +162,8 @@ void register_serve(CLI::App& app) {
   add_int_flag(cmd, "--drain", a->drain_s, 0, 3600, "seconds SIGTERM waits for in-flight requests (default 10)");
   add_int_flag(cmd, "--read-timeout", a->read_timeout_s, 1, 3600,
                "seconds a whole request may take to arrive; slower clients are dropped (default 30)");
+  add_int_flag(cmd, "--ws-idle-timeout", a->ws_idle_s, 1, 86400,
+               "seconds a /v1/stream WebSocket may wait for its next message (default 300)");
   add_int_flag(cmd, "--max-connections", a->max_connections, 1, 100000, "open connections at most (default 256)");
   cmd->add_option("--tls-cert", a->tls_cert, "serve HTTPS with this PEM certificate (chain); needs --tls-key");
   cmd->add_option("--tls-key", a->tls_key, "the PEM private key of --tls-cert");

@@ -11,17 +11,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
+#include <functional>
 #include <cmath>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/ssl.hpp>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "server/websocket.h"
 #include "util/error.h"
 
 namespace larql::server {
@@ -159,6 +163,96 @@ class SocketResponder : public Responder {
   bool sent_ = false, gone_ = false, streaming_ = false, peer_sent_data_ = false;
 };
 
+/// The key a browser's WebSocket offers as a subprotocol (browsers cannot set Authorization on
+/// one): `Sec-WebSocket-Protocol: larql, bearer.KEY` gives KEY; "" when none is offered.
+std::string websocket_key(const std::string& protocols) {
+  size_t at = 0;
+  while (at < protocols.size()) {
+    size_t end = protocols.find(',', at);
+    if (end == std::string::npos) end = protocols.size();
+    std::string p = protocols.substr(at, end - at);
+    p.erase(0, p.find_first_not_of(" \t"));
+    p.erase(p.find_last_not_of(" \t") + 1);
+    if (p.rfind("bearer.", 0) == 0) return p.substr(7);
+    at = end + 1;
+  }
+  return "";
+}
+
+/// A call's answer on the /v1/stream socket: the Responder the routes write to, turned into
+/// WebSocket frames tagged with the call's id (server/websocket.h). wait() also reads the socket:
+/// a cancel for this call ends it (the route sees "client gone"), other calls queue.
+template <class Ws>
+class WsResponder : public Responder {
+ public:
+  WsResponder(Ws& ws, int fd, nlohmann::json id, std::function<bool(std::string&)> read_one,
+              std::deque<std::string>& pending)
+      : ws_(ws), fd_(fd), id_(std::move(id)), read_one_(std::move(read_one)), pending_(pending) {}
+
+  void send(int status, const std::string& content_type, const std::string& body,
+            const std::map<std::string, std::string>& = {}) override {
+    write(ws_result_frame(id_, status, content_type, body));
+    sent_ = true;
+  }
+  void start_stream() override {
+    sent_ = true;
+    streaming_ = true;
+  }
+  bool event(std::string_view payload) override {
+    if (payload == "[DONE]") done_ = true;
+    write(ws_event_frame(id_, payload));
+    return !gone_ && !cancelled_;
+  }
+  void end_stream() override {
+    if (streaming_ && !done_) write(ws_event_frame(id_, "[DONE]"));
+    streaming_ = false;
+  }
+  bool wait(int notify_fd, std::chrono::milliseconds timeout) override {
+    if (gone_ || cancelled_) return false;
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {notify_fd, POLLIN, 0}};
+    const int r = ::poll(fds, 2, static_cast<int>(timeout.count()));
+    if (r <= 0 || !(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return true;
+    std::string text;
+    if (!read_one_(text)) {
+      gone_ = true;
+      return false;
+    }
+    try {
+      const WsCall c = parse_ws_call(text, Request{});
+      if (c.cancel && c.id == id_) {
+        cancelled_ = true;
+        return false;
+      }
+    } catch (const std::exception&) {
+    }
+    if (pending_.size() >= 16) {
+      write(ws_result_frame(nullptr, 429, "application/json",
+                            error_json("more than 16 calls wait on this socket; wait for answers", "rate_limit_error")));
+    } else {
+      pending_.push_back(std::move(text));
+    }
+    return true;
+  }
+  bool sent() const { return sent_; }
+  bool gone() const { return gone_; }
+  bool streaming() const { return streaming_; }
+
+ private:
+  void write(const std::string& frame) {
+    if (gone_) return;
+    beast::error_code ec;
+    ws_.text(true);
+    ws_.write(net::buffer(frame), ec);
+    if (ec) gone_ = true;
+  }
+  Ws& ws_;
+  int fd_;
+  nlohmann::json id_;
+  std::function<bool(std::string&)> read_one_;
+  std::deque<std::string>& pending_;
+  bool sent_ = false, streaming_ = false, done_ = false, gone_ = false, cancelled_ = false;
+};
+
 void set_timeout(int fd, int option, int seconds) {
   timeval tv{};
   tv.tv_sec = seconds;
@@ -235,8 +329,25 @@ bool HttpServer::rate_ok(const std::string& client) {
   return true;
 }
 
+void HttpServer::watch(int fd, std::chrono::steady_clock::time_point deadline, bool idle) {
+  std::lock_guard<std::mutex> lock(fds_mu_);
+  auto it = fds_.find(fd);
+  if (it != fds_.end()) it->second = Watch{deadline, idle};
+}
+
 void HttpServer::run() {
+  // Cuts the connections whose watched read is past its deadline (and, draining, the idle ones).
+  auto cut_expired = [this] {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(fds_mu_);
+    for (auto& [fd, w] : fds_)
+      if (now >= w.deadline || (stopping_ && w.idle)) {
+        ::shutdown(fd, SHUT_RDWR);
+        w = Watch{};
+      }
+  };
   while (!stopping_) {
+    cut_expired();
     pollfd p{listen_fd_, POLLIN, 0};
     if (::poll(&p, 1, 100) <= 0) continue;
     sockaddr_storage ss{};
@@ -259,7 +370,7 @@ void HttpServer::run() {
     ++connections_;
     {
       std::lock_guard<std::mutex> lock(fds_mu_);
-      fds_.insert(fd);
+      fds_[fd] = Watch{};
     }
     std::thread([this, fd, peer = std::string(host)] {
       try {
@@ -276,13 +387,15 @@ void HttpServer::run() {
   ::close(listen_fd_);
   listen_fd_ = -1;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(opt_.drain_timeout_s);
-  while (connections_.load() > 0 && std::chrono::steady_clock::now() < until)
+  while (connections_.load() > 0 && std::chrono::steady_clock::now() < until) {
+    cut_expired();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   // The drain is over: cut what is left (a stream still running, an idle kept-alive connection)
   // and wait for every connection thread to end, so none outlives the routes it calls.
   {
     std::lock_guard<std::mutex> lock(fds_mu_);
-    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    for (const auto& [fd, w] : fds_) ::shutdown(fd, SHUT_RDWR);
   }
   while (connections_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
@@ -421,6 +534,7 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
       std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
       if (scheme == "bearer ") offered = offered.substr(7);
       else offered = req.header("x-api-key");
+      if (offered.empty()) offered = websocket_key(req.header("sec-websocket-protocol"));
       if (offered.empty() || !key_matches(offered, opt_.api_key)) {
         r.send(401, "application/json",
                error_json(offered.empty() ? "this server wants an API key (Authorization: Bearer KEY)"
@@ -436,6 +550,14 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
                         reason_type(429), "", "rate_limit_exceeded"),
              {{"Retry-After", std::to_string(static_cast<int>(std::ceil(60.0 / opt_.rate_limit_per_min)))}});
     }
+    if (!r.sent() && beast::websocket::is_upgrade(msg)) {
+      if (req.path != "/v1/stream") {
+        r.send(404, "application/json", error_json("WebSocket is served at /v1/stream only", reason_type(404)));
+        break;
+      }
+      serve_websocket(sock, fd, msg, req);
+      break;
+    }
     if (!r.sent()) {
       try {
         handler_(req, r);
@@ -447,6 +569,86 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
     }
     if (r.gone() || !keep_alive) break;
   }
+}
+
+template <class Stream, class Upgrade>
+void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, const Request& req) {
+  namespace websocket = beast::websocket;
+  websocket::stream<Stream&> ws(sock);
+  ws.read_message_max(opt_.max_body_bytes);
+  const bool offered_larql = req.header("sec-websocket-protocol").find("larql") != std::string::npos;
+  ws.set_option(websocket::stream_base::decorator([offered_larql](websocket::response_type& res) {
+    res.set(http::field::server, "larql");
+    if (offered_larql) res.set(http::field::sec_websocket_protocol, "larql");
+  }));
+  beast::error_code ec;
+  watch(fd, std::chrono::steady_clock::now() + std::chrono::seconds(opt_.read_timeout_s), false);
+  ws.accept(upgrade, ec);
+  if (ec) {
+    unwatch(fd);
+    return;
+  }
+  // One message, bounded: the wait for its first byte by ws_idle_timeout_s (idle: a drain cuts
+  // it), the rest by read_timeout_s. Control frames (ping, close) are answered inside read().
+  auto read_one = [&](std::string& out, bool idle) {
+    const int limit = idle ? opt_.ws_idle_timeout_s : opt_.read_timeout_s;
+    watch(fd, std::chrono::steady_clock::now() + std::chrono::seconds(limit), idle);
+    beast::flat_buffer b;
+    beast::error_code rec;
+    ws.read(b, rec);
+    unwatch(fd);
+    if (rec) return false;
+    out = beast::buffers_to_string(b.data());
+    return true;
+  };
+  std::deque<std::string> pending;
+  auto reply = [&](const std::string& frame) {
+    beast::error_code wec;
+    ws.text(true);
+    ws.write(net::buffer(frame), wec);
+    return !wec;
+  };
+  while (!stopping_) {
+    std::string text;
+    if (!pending.empty()) {
+      text = std::move(pending.front());
+      pending.pop_front();
+    } else if (!read_one(text, true)) {
+      break;
+    }
+    WsCall call;
+    try {
+      call = parse_ws_call(text, req);
+    } catch (const std::exception& e) {
+      nlohmann::json id = nullptr;
+      const auto m = nlohmann::json::parse(text, nullptr, false);
+      if (m.is_object() && m.contains("id")) id = m["id"];
+      if (!reply(ws_result_frame(id, 400, "application/json", error_json(e.what(), "invalid_request_error"))))
+        break;
+      continue;
+    }
+    if (call.cancel) continue;  // nothing of that id runs now (a finished call's cancel is late)
+    if (!rate_ok(call.request.client)) {
+      if (!reply(ws_result_frame(call.id, 429, "application/json",
+                                 error_json("rate limit: too many calls from " + call.request.client,
+                                            reason_type(429), "", "rate_limit_exceeded"))))
+        break;
+      continue;
+    }
+    WsResponder<websocket::stream<Stream&>> r(ws, fd, call.id, [&](std::string& out) { return read_one(out, false); },
+                                              pending);
+    try {
+      handler_(call.request, r);
+    } catch (const std::exception& e) {
+      if (!r.sent()) r.send(500, "application/json", error_json(e.what(), "server_error"));
+    }
+    if (r.streaming()) r.end_stream();
+    if (!r.sent()) r.send(500, "application/json", error_json("the route gave no answer", "server_error"));
+    if (r.gone()) return;
+  }
+  watch(fd, std::chrono::steady_clock::now() + std::chrono::seconds(2), true);
+  ws.close(websocket::close_code::going_away, ec);
+  unwatch(fd);
 }
 
 }  // namespace larql::server

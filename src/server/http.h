@@ -34,6 +34,7 @@ struct HttpOptions {
   int max_connections = 256;           ///< more are answered 503 and closed
   int read_timeout_s = 30;             ///< a request's headers and body must arrive within this
   int drain_timeout_s = 10;            ///< SIGTERM: how long in-flight requests may finish
+  int ws_idle_timeout_s = 300;         ///< a /v1/stream socket with no message for this long is closed
   std::string tls_cert, tls_key;       ///< PEM files; both set: HTTPS only (TLS 1.2+)
 };
 
@@ -90,7 +91,15 @@ class HttpServer {
   void serve_connection(int fd, std::string peer);
   template <class Stream>
   void serve_stream(Stream& s, int fd, const std::string& peer);
+  /// The /v1/stream WebSocket on an upgraded connection (src/server/websocket.h).
+  template <class Stream, class Upgrade>
+  void serve_websocket(Stream& s, int fd, const Upgrade& upgrade, const Request& req);
   bool rate_ok(const std::string& client);
+  /// Cut `fd` (shutdown) if it is still open at `deadline` — how blocking reads that asio will not
+  /// time out (a WebSocket frame) are bounded; run()'s loop checks every 100 ms. `idle`: the
+  /// connection waits between messages, so a drain may cut it at once. unwatch: no deadline.
+  void watch(int fd, std::chrono::steady_clock::time_point deadline, bool idle);
+  void unwatch(int fd) { watch(fd, std::chrono::steady_clock::time_point::max(), false); }
 
   HttpOptions opt_;
   Handler handler_;
@@ -100,7 +109,11 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> connections_{0};
   std::mutex fds_mu_;
-  std::set<int> fds_;  ///< open connections' sockets (shut down when the drain ends)
+  struct Watch {
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    bool idle = false;
+  };
+  std::map<int, Watch> fds_;  ///< open connections' sockets (shut down when the drain ends)
   std::mutex rate_mu_;
   struct Bucket {
     double tokens = 0;

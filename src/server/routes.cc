@@ -10,6 +10,7 @@
 #include "compute/ops.h"
 #include "inference/kv_cache.h"
 #include "kv/generate.h"
+#include "server/request_json.h"
 #include "util/error.h"
 
 namespace larql::server {
@@ -194,9 +195,9 @@ void Api::operator()(const Request& req, Responder& r) {
 void Api::completions(const Request& req, Responder& r, bool chat) {
   json body;
   try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    bad("", std::string("the request body is not valid JSON: ") + e.what());
+    body = parse_request_json(req.body);
+  } catch (const Error& e) {
+    bad("", e.what());
   }
   if (!body.is_object()) bad("", "the request body must be a JSON object");
   for (const char* unsupported : {"tools", "functions", "tool_choice", "function_call", "suffix", "audio", "modalities",
@@ -466,9 +467,9 @@ void Api::Histogram::add(double seconds) {
 void Api::embeddings(const Request& req, Responder& r) {
   json body;
   try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    bad("", std::string("the request body is not valid JSON: ") + e.what());
+    body = parse_request_json(req.body);
+  } catch (const Error& e) {
+    bad("", e.what());
   }
   if (!body.is_object() || !body.contains("input")) bad("input", "'input' is required");
   if (body.contains("dimensions") && !body["dimensions"].is_null())

@@ -47,8 +47,9 @@ class Server:
     def client(self, key: str = "none", **kw) -> "openai.OpenAI":
         return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120, **kw)
 
-    def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+    def metrics(self, key: str | None = None) -> dict[str, float]:
+        req = urllib.request.Request(self.url + "/metrics", headers={"Authorization": f"Bearer {key}"} if key else {})
+        with urllib.request.urlopen(req, timeout=10) as r:
             text = r.read().decode()
         out = {}
         for line in text.splitlines():
@@ -277,7 +278,10 @@ def test_sigterm_drains_in_flight_requests(larql_bin, model_path):
     c = s.client()
     with cf.ThreadPoolExecutor(1) as ex:
         fut = ex.submit(c.completions.create, model="x", prompt=PROMPT, max_tokens=48, temperature=0)
-        time.sleep(0.5)
+        # SIGTERM once the request is in flight (a fixed sleep raced the request on a loaded machine).
+        deadline = time.time() + 60
+        while time.time() < deadline and s.metrics()["larql_active_sequences"] < 1 and not fut.done():
+            time.sleep(0.01)
         s.proc.send_signal(signal.SIGTERM)
         r = fut.result(timeout=60)
     assert r.choices[0].finish_reason in ("length", "stop")
