@@ -5,7 +5,7 @@ FUZZ_BUILD ?= build-fuzz
 TSAN_BUILD ?= build-tsan
 MODEL ?= models/gemma-3-270m-q4_k_m.gguf
 PROMPT ?= Once upon a time, in a small village by the sea,
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 30
 JOBS ?= $(shell nproc)
 
 .PHONY: all setup build demo test test-cpp test-python fuzz tsan bench bench-kernels clean
