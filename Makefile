@@ -28,7 +28,7 @@ test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 test-python: build
-	LARQL_BIN=$(CURDIR)/$(BUILD)/larql LARQL_BUILD_DIR=$(CURDIR)/$(BUILD) .venv/bin/python -m pytest tests/python -q
+	LARQL_BIN=$(CURDIR)/$(BUILD)/larql LARQL_BUILD_DIR=$(CURDIR)/$(BUILD) .venv/bin/python -m pytest tests/python -q --durations=25
 
 fuzz:
 	@scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
