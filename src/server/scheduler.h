@@ -140,7 +140,7 @@ class Scheduler {
   void fail(std::vector<std::unique_ptr<Seq>>& active, Job& job, const Error& e);
 
   std::shared_ptr<Forward> runner_;
-  const Tokenizer& tok_;
+  Tokenizer tok_;  ///< a copy (it shares the vocabulary): the caller's may go away first
   SchedulerOptions opt_;
   std::vector<int32_t> eog_;
   std::shared_ptr<const JsonVocab> json_vocab_;  ///< built on the first json_object request
