@@ -39,15 +39,15 @@ cp -n "$ROOT"/fuzz/corpus/serve/* "$WORK/serve/" 2>/dev/null || true
 # LQL seeds: each line of docs/lql.md's ```lql blocks that holds a statement, one file each.
 awk -v dir="$WORK/lql" '/^```lql/{inb=1; next} /^```/{inb=0; next} inb && /[A-Za-z]/ {n++; print > (dir "/doc-" n ".lql"); close(dir "/doc-" n ".lql")}' "$ROOT/docs/lql.md"
 
-# run_target NAME CORPUS MAX_LEN [TIMEOUT=10]: run one target for SECONDS_TO_RUN; exit 1 on a
-# finding (a crash, or one input running longer than TIMEOUT seconds).
+# run_target NAME CORPUS MAX_LEN [TIMEOUT=10] [EXTRA_FLAG]: run one target for SECONDS_TO_RUN;
+# exit 1 on a finding (a crash, or one input running longer than TIMEOUT seconds).
 run_target() {
-  local name="$1" corpus="$2" max_len="$3" timeout="${4:-10}" log="$WORK/$1.log" rc runs artifact
+  local name="$1" corpus="$2" max_len="$3" timeout="${4:-10}" extra="${5:--detect_leaks=1}" log="$WORK/$1.log" rc runs artifact
   echo "fuzz: running $name for ${SECONDS_TO_RUN}s (corpus $corpus, log $log)"
   set +e
   "$BUILD_DIR/fuzz/$name" "$corpus" \
     -max_total_time="$SECONDS_TO_RUN" -max_len="$max_len" -timeout="$timeout" -rss_limit_mb=2048 \
-    -artifact_prefix="$WORK/artifacts/$name-" -print_final_stats=1 >"$log" 2>&1
+    -artifact_prefix="$WORK/artifacts/$name-" -print_final_stats=1 "$extra" >"$log" 2>&1
   rc=$?
   set -e
   runs="$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' || echo '?')"
@@ -65,4 +65,4 @@ run_target safetensors_fuzz "$WORK/safetensors" 16384
 run_target vindex_fuzz "$WORK/vindex" 16384
 run_target state_fuzz "$WORK/state" 262144
 run_target lql_fuzz "$WORK/lql" 4096 1
-run_target serve_fuzz "$WORK/serve" 16384 10
+run_target serve_fuzz "$WORK/serve" 16384 10 -detect_leaks=0  # see fuzz/serve_fuzz.cc
