@@ -1,6 +1,7 @@
 // Edit: INSERT a fact into this page's server session and see INFER before and after, side by
-// side; the edits are recorded into a patch (BEGIN PATCH on the first insert) that can be saved
-// (SAVE PATCH) or removed from the session (REMOVE PATCH).
+// side. With "record into a patch" the edits are recorded (BEGIN PATCH before the first insert)
+// and can be saved (SAVE PATCH) or removed from the session (REMOVE PATCH); statements that name
+// files need a server started with --lql-allow-files (docs/server.md), else it refuses them.
 import { lql, newSessionId, type LqlDoc } from "./api";
 import { el, errorBox, renderDoc } from "./table";
 
@@ -27,6 +28,7 @@ export function editPage(): HTMLElement {
   const target = field("edit-target", "target", "Poseidonia");
   const prompt = field("edit-prompt", "prompt", "The capital of Atlantis is");
   const patch = field("edit-patch", "patch file", "console-edit.vlp");
+  const record = el("input", { id: "edit-record", type: "checkbox" });
   const status = el("p", { class: "muted", id: "edit-status", "aria-live": "polite" });
   const before = el("div", { class: "side", id: "edit-before" }, el("h3", {}, "Before"));
   const after = el("div", { class: "side", id: "edit-after" }, el("h3", {}, "After"));
@@ -41,15 +43,15 @@ export function editPage(): HTMLElement {
       const b = (await lql(infer, session))[0];
       before.replaceChildren(el("h3", {}, "Before"), renderDoc(b));
       status.textContent = "inserting…";
-      const begin = recording ? "" : `BEGIN PATCH ${q(patch.input.value)}; `;
+      const begin = recording || !record.checked ? "" : `BEGIN PATCH ${q(patch.input.value)}; `;
       const ins = `INSERT INTO EDGES (entity, relation, target) VALUES (${q(entity.input.value)}, ${q(relation.input.value)}, ${q(target.input.value)})`;
       const docs = await lql(`${begin}${ins}; ${infer}`, session);
-      recording = true;
+      recording ||= record.checked;
       const a = docs[docs.length - 1];
       const sec = renderDoc(a);
       markChanges(b, a, sec);
       after.replaceChildren(el("h3", {}, "After"), sec, ...docs.slice(0, -1).filter((d) => d.statement === "INSERT").map(renderDoc));
-      status.textContent = `inserted; recording into ${patch.input.value}`;
+      status.textContent = recording ? `inserted; recording into ${patch.input.value}` : "inserted into this session";
     } catch (e) {
       status.replaceChildren(errorBox(e));
     } finally {
@@ -95,7 +97,7 @@ export function editPage(): HTMLElement {
   };
   page.append(
     el("div", { class: "row wrap" }, entity.label, relation.label, target.label),
-    el("div", { class: "row wrap" }, prompt.label, patch.label),
+    el("div", { class: "row wrap" }, prompt.label, el("label", {}, record, "record into a patch"), patch.label),
     el(
       "div",
       { class: "row wrap" },

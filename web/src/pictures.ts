@@ -115,8 +115,11 @@ export function picturesPage(): HTMLElement {
     try {
       const docs = await lql(query);
       const doc = docs[docs.length - 1];
+      // DESCRIBE lists up to 60 tokens: give each bar room for its label.
+      chartBox.style.height = kind === "describe" ? `${Math.max(520, doc.rows.length * 18 + 110)}px` : "";
       chart ??= echarts.init(chartBox, undefined, { renderer: "canvas" });
       chart.clear();
+      chart.resize();
       chart.setOption(option(doc));
       chartBox.dataset.kind = kind;
       chartBox.dataset.points = String(doc.rows.length);

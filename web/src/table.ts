@@ -4,7 +4,11 @@ import type { LqlDoc } from "./api";
 export function cellText(v: unknown): string {
   if (v === null || v === undefined) return "";
   if (Array.isArray(v)) return v.join(", ");
-  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toPrecision(4);
+  if (typeof v === "number") {
+    if (Number.isInteger(v)) return String(v);
+    const a = Math.abs(v);
+    return a >= 1000 ? v.toFixed(0) : a >= 1e-3 || a === 0 ? String(Number(v.toPrecision(4))) : v.toExponential(2);
+  }
   return String(v);
 }
 
