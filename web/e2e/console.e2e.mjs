@@ -189,7 +189,7 @@ try {
     await shot("pictures-heatmap");
     assert(painted.points > 0, "no rows in EXPLAIN INFER");
     assert(painted.coloured > 0.02 * painted.total, `the heat map is (nearly) empty: ${JSON.stringify(painted)}`);
-    for (const [id, name] of [["#pic-trace", "trace"], ["#pic-describe", "describe"], ["#pic-lens", "lens"]]) {
+    for (const [id, name] of [["#pic-walk", "walk"], ["#pic-trace", "trace"], ["#pic-describe", "describe"], ["#pic-lens", "lens"]]) {
       await page.click(id);
       await page.waitForFunction((k) => document.getElementById("pic-chart").dataset.kind === k, name, { timeout: 120000 });
       await sleep(800);

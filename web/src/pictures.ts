@@ -1,4 +1,4 @@
-// Pictures of what the model does, drawn with ECharts (canvas): EXPLAIN INFER as a layer ×
+// Pictures of what the model does, drawn with ECharts (canvas): EXPLAIN INFER and WALK as a layer ×
 // feature heat map of gate scores (each cell labelled with the token the feature writes), TRACE
 // as per-layer bars of attention vs FFN contribution to a target's logit, DESCRIBE as edges
 // grouped by band, and a logit lens (the final prediction's probability and rank per layer).
@@ -14,7 +14,7 @@ echarts.use([HeatmapChart, BarChart, LineChart, GridComponent, TooltipComponent,
 const col = (doc: LqlDoc, name: string) => doc.columns.findIndex((c) => c.name === name);
 const q = (s: string) => JSON.stringify(s);
 
-/** EXPLAIN INFER rows → heat map: y = layer, x = the feature's rank in its layer, value = gate. */
+/** EXPLAIN INFER or WALK rows (same columns) → heat map: y = layer, x = the feature's rank in its layer, value = gate. */
 export function heatmapOption(doc: LqlDoc): echarts.EChartsCoreOption {
   const L = col(doc, "layer"), F = col(doc, "feature"), G = col(doc, "gate"), T = col(doc, "token");
   const rank = new Map<number, number>();
@@ -142,6 +142,7 @@ export function picturesPage(): HTMLElement {
       "div",
       { class: "row wrap" },
       btn("pic-explain", "Heat map (EXPLAIN INFER)", () => void draw("heatmap", `EXPLAIN INFER ${q(prompt.value)} TOP 8`, heatmapOption)),
+      btn("pic-walk", "Heat map (WALK)", () => void draw("walk", `WALK ${q(prompt.value)} TOP 8`, heatmapOption)),
       btn("pic-trace", "Attention vs FFN (TRACE)", () => void draw("trace", `TRACE ${q(prompt.value)} FOR ${q(target.value)}`, traceOption)),
       btn("pic-describe", "DESCRIBE by band", () => void draw("describe", `DESCRIBE ${q(entity.value)}`, describeOption)),
       btn("pic-lens", "Logit lens", () => void draw("lens", `TRACE ${q(prompt.value)}`, lensOption)),
