@@ -7,6 +7,42 @@ import { el, errorBox, renderDoc } from "./table";
 
 const q = (s: string) => JSON.stringify(s);
 
+/**
+ * INFER ... COMPARE's one table (rank, base_token, base_token_id, base_prob, edited_token, ...;
+ * docs/lql.md) as two INFER-shaped tables: the base vindex's predictions and the edited ones.
+ */
+export function splitCompare(doc: LqlDoc): [LqlDoc, LqlDoc] {
+  const side = (prefix: string, title: string): LqlDoc => {
+    const idx = ["rank", `${prefix}_token`, `${prefix}_token_id`, `${prefix}_prob`].map((n) => doc.columns.findIndex((c) => c.name === n));
+    return {
+      statement: "INFER",
+      title,
+      columns: [
+        { name: "rank", type: "int" },
+        { name: "token", type: "text" },
+        { name: "token_id", type: "int" },
+        { name: "probability", type: "float" },
+      ],
+      rows: doc.rows.map((r) => idx.map((i) => r[i])),
+      notes: [],
+      elapsed_ms: doc.elapsed_ms,
+    };
+  };
+  const after = side("edited", `${doc.title} — edited`);
+  after.notes = doc.notes;
+  return [side("base", `${doc.title} — base`), after];
+}
+
+/** Whether the server has INFER ... COMPARE (asked once, in a throwaway session). */
+let hasCompare: Promise<boolean> | null = null;
+function compareSupported(): Promise<boolean> {
+  hasCompare ??= lql('INFER "a" TOP 1 COMPARE').then(
+    (d) => d[0]?.columns.some((c) => c.name === "edited_token") ?? false,
+    () => false,
+  );
+  return hasCompare;
+}
+
 /** Mark the rows of `after` whose token is not at the same rank in `before`. */
 function markChanges(before: LqlDoc, after: LqlDoc, sec: HTMLElement): void {
   const T = after.columns.findIndex((c) => c.name === "token");
@@ -39,17 +75,27 @@ export function editPage(): HTMLElement {
     busy(true);
     status.textContent = "inferring before the edit…";
     try {
+      // With INFER ... COMPARE: one request, base (the vindex as stored) vs edited. Without: an
+      // INFER in this session before the INSERT, and one after.
+      const compare = await compareSupported();
       const infer = `INFER ${q(prompt.input.value)} TOP 5`;
-      const b = (await lql(infer, session))[0];
-      before.replaceChildren(el("h3", {}, "Before"), renderDoc(b));
+      let b: LqlDoc | null = null;
+      if (!compare) {
+        b = (await lql(infer, session))[0];
+        before.replaceChildren(el("h3", {}, "Before"), renderDoc(b));
+      }
       status.textContent = "inserting…";
       const begin = recording || !record.checked ? "" : `BEGIN PATCH ${q(patch.input.value)}; `;
       const ins = `INSERT INTO EDGES (entity, relation, target) VALUES (${q(entity.input.value)}, ${q(relation.input.value)}, ${q(target.input.value)})`;
-      const docs = await lql(`${begin}${ins}; ${infer}`, session);
+      const docs = await lql(`${begin}${ins}; ${infer}${compare ? " COMPARE" : ""}`, session);
       recording ||= record.checked;
-      const a = docs[docs.length - 1];
+      let a = docs[docs.length - 1];
+      if (compare) {
+        [b, a] = splitCompare(a);
+        before.replaceChildren(el("h3", {}, "Before (base)"), renderDoc(b));
+      }
       const sec = renderDoc(a);
-      markChanges(b, a, sec);
+      if (b) markChanges(b, a, sec);
       after.replaceChildren(el("h3", {}, "After"), sec, ...docs.slice(0, -1).filter((d) => d.statement === "INSERT").map(renderDoc));
       status.textContent = recording ? `inserted; recording into ${patch.input.value}` : "inserted into this session";
     } catch (e) {
