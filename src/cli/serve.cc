@@ -11,6 +11,7 @@
 #include "server/http.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
+#include "server/static_files.h"
 #include "util/error.h"
 
 namespace larql::cli {
@@ -39,6 +40,7 @@ struct ServeArgs {
   int ws_idle_s = 300;
   std::string alias;
   std::string tls_cert, tls_key;
+  bool no_ui = false;
 };
 
 std::string trim_line(std::string s) {
@@ -94,6 +96,7 @@ void serve(ServeArgs& a) {
   ho.drain_timeout_s = a.drain_s;
   ho.tls_cert = a.tls_cert;
   ho.tls_key = a.tls_key;
+  if (!a.no_ui) ho.public_path = server::is_console_path;  // the console's files; its API calls carry the key
   server::ApiOptions ao;
   // The id clients see: --alias, else the file's or directory's name without its extension
   // (llama.cpp's server names the model by its path too).
@@ -107,6 +110,7 @@ void serve(ServeArgs& a) {
   ao.max_prompt_tokens = a.max_prompt_tokens;
   ao.max_tokens_limit = a.max_tokens;
   ao.request_timeout_s = a.timeout_s;
+  ao.console = !a.no_ui;
   std::unique_ptr<server::HttpServer> http;
   std::unique_ptr<server::Api> api;
   http = std::make_unique<server::HttpServer>(ho, [&api](const server::Request& q, server::Responder& r) { (*api)(q, r); });
@@ -127,6 +131,9 @@ void serve(ServeArgs& a) {
                  a.host.c_str());
   const std::string shown_host = a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host;
   std::printf("listening on %s://%s:%d\n", http->tls() ? "https" : "http", shown_host.c_str(), http->port());
+  if (!a.no_ui && server::console_built())
+    std::fprintf(stderr, "larql serve: web console at %s://%s:%d/\n", http->tls() ? "https" : "http", shown_host.c_str(),
+                 http->port());
   std::fflush(stdout);
   http->run();  // returns after stop() and the drain
   sched.stop(/*cancel_running=*/true);
@@ -167,6 +174,7 @@ void register_serve(CLI::App& app) {
   add_int_flag(cmd, "--max-connections", a->max_connections, 1, 100000, "open connections at most (default 256)");
   cmd->add_option("--tls-cert", a->tls_cert, "serve HTTPS with this PEM certificate (chain); needs --tls-key");
   cmd->add_option("--tls-key", a->tls_key, "the PEM private key of --tls-cert");
+  cmd->add_flag("--no-ui", a->no_ui, "do not serve the web console at / (docs/console.md)");
   cmd->add_option("--alias", a->alias, "the model id clients see (default: the model's name)");
   cmd->callback([a] { serve(*a); });
 }

@@ -527,7 +527,8 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
     SocketResponder<Stream> r(sock, fd, version, keep_alive, common);
     if (req.method == "OPTIONS") {
       r.send(common.empty() ? 403 : 204, "text/plain", "");
-    } else if (!opt_.api_key.empty() && req.path != "/health") {
+    } else if (!opt_.api_key.empty() && req.path != "/health" &&
+               !(opt_.public_path && (req.method == "GET" || req.method == "HEAD") && opt_.public_path(req.path))) {
       std::string offered = req.header("authorization");
       // The scheme is case-insensitive (RFC 9110 §11.1).
       std::string scheme = offered.substr(0, 7);

@@ -36,6 +36,8 @@ struct HttpOptions {
   int drain_timeout_s = 10;            ///< SIGTERM: how long in-flight requests may finish
   int ws_idle_timeout_s = 300;         ///< a /v1/stream socket with no message for this long is closed
   std::string tls_cert, tls_key;       ///< PEM files; both set: HTTPS only (TLS 1.2+)
+  /// Paths that GET / HEAD may fetch without the API key (the web console's static files); unset: none.
+  std::function<bool(std::string_view path)> public_path;
 };
 
 /// One request as the routes see it.

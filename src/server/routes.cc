@@ -11,6 +11,7 @@
 #include "inference/kv_cache.h"
 #include "kv/generate.h"
 #include "server/request_json.h"
+#include "server/static_files.h"
 #include "util/error.h"
 
 namespace larql::server {
@@ -177,6 +178,8 @@ void Api::operator()(const Request& req, Responder& r) {
     } else if (req.path == "/v1/completions" || req.path == "/v1/chat/completions") {
       if (req.method != "POST") bad("", "use POST for " + req.path, 405);
       completions(req, r, req.path == "/v1/chat/completions");
+    } else if (opt_.console && is_console_path(req.path)) {
+      serve_console(req, r);  // the web console (docs/console.md)
     } else {
       bad("", "no route " + req.method + " " + req.path, 404);
     }

@@ -23,6 +23,7 @@ struct ApiOptions {
   int64_t max_prompt_tokens = 0;   ///< 0: the scheduler's context less one
   int64_t max_tokens_limit = 0;    ///< the largest max_tokens accepted (0: the context)
   int request_timeout_s = 600;     ///< a request's generation ends (finish_reason "timeout") after this
+  bool console = true;             ///< serve the web console at / and /assets/ (false: `--no-ui`, 404)
 };
 
 class Api {
