@@ -13,7 +13,8 @@ server's peak RSS (VmHWM of /proc/PID/status). Exit status 1 on any error or inc
 throughput: for each stream count S, S clients each send the same number of requests (greedy,
 max_tokens fixed); aggregate decode tok/s = completion tokens / wall time. With --peer the same
 workload runs against llama.cpp's own Python server (`python -m llama_cpp.server`, from
-llama-cpp-python's [server] extra, same threads) — it serves one request at a time (no parallel
+llama-cpp-python's [server] extra, same threads, `--interrupt_requests False` so a new request
+waits instead of cutting the running stream) — it serves one request at a time (no parallel
 slots), which is what its users get. Timings are recorded, never asserted.
 """
 from __future__ import annotations
@@ -62,7 +63,9 @@ def start_peer(model: str, threads: int, ctx: int) -> tuple[subprocess.Popen, st
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
                              "--port", str(port), "--n_threads", str(threads), "--n_threads_batch", str(threads),
-                             "--n_ctx", str(ctx)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--n_ctx", str(ctx),
+                             # its default cuts a running stream when the next request arrives
+                             "--interrupt_requests", "False"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:
