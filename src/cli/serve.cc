@@ -9,6 +9,7 @@
 
 #include "cli/common.h"
 #include "server/http.h"
+#include "server/lql_routes.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
 #include "server/static_files.h"
@@ -41,6 +42,9 @@ struct ServeArgs {
   std::string alias;
   std::string tls_cert, tls_key;
   bool no_ui = false;
+  int max_lql_sessions = 16;
+  int lql_session_ttl = 600;
+  std::string lql_allow_files;
 };
 
 std::string trim_line(std::string s) {
@@ -111,6 +115,20 @@ void serve(ServeArgs& a) {
   ao.max_tokens_limit = a.max_tokens;
   ao.request_timeout_s = a.timeout_s;
   ao.console = !a.no_ui;
+  // LQL over HTTP: on a vindex (what `larql lql` opens); on anything else its routes answer 400.
+  server::LqlOptions lo;
+  {
+    std::error_code ec;
+    const std::string path = l.model->path();
+    if (std::filesystem::is_directory(path, ec) && std::filesystem::exists(std::filesystem::path(path) / "index.json", ec))
+      lo.vindex = path;
+  }
+  lo.model_path = l.model->path();
+  lo.max_sessions = static_cast<size_t>(a.max_lql_sessions);
+  lo.session_ttl_s = a.lql_session_ttl;
+  lo.allow_files = a.lql_allow_files;
+  lo.pool = l.forward->pool_ptr();
+  ao.lql = std::make_shared<server::LqlApi>(lo);
   std::unique_ptr<server::HttpServer> http;
   std::unique_ptr<server::Api> api;
   http = std::make_unique<server::HttpServer>(ho, [&api](const server::Request& q, server::Responder& r) { (*api)(q, r); });
@@ -175,6 +193,13 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--tls-cert", a->tls_cert, "serve HTTPS with this PEM certificate (chain); needs --tls-key");
   cmd->add_option("--tls-key", a->tls_key, "the PEM private key of --tls-cert");
   cmd->add_flag("--no-ui", a->no_ui, "do not serve the web console at / (docs/console.md)");
+  add_int_flag(cmd, "--max-lql-sessions", a->max_lql_sessions, 1, 100000,
+               "LQL sessions (X-Session-Id) live at most; the least recently used idle one makes room (default 16)");
+  add_int_flag(cmd, "--lql-session-ttl", a->lql_session_ttl, 1, 86400 * 30,
+               "seconds an idle LQL session lives (default 600)");
+  cmd->add_option("--lql-allow-files", a->lql_allow_files,
+                  "let LQL statements read and write files inside this directory (USE, patches, COMPILE, DIFF); "
+                  "default: refused");
   cmd->add_option("--alias", a->alias, "the model id clients see (default: the model's name)");
   cmd->callback([a] { serve(*a); });
 }

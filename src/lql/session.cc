@@ -24,7 +24,7 @@ struct Session::Open {
   MappedFile gates, embeddings;
   std::optional<vindex::DownMetaFile> down_meta;
   std::optional<vindex::FeatureLabels> labels;
-  std::optional<Tokenizer> tokenizer;
+  std::shared_ptr<const Tokenizer> tokenizer;
   std::shared_ptr<const Model> model;
   std::shared_ptr<const WeightSource> base;
   std::map<int64_t, std::vector<uint8_t>> gate_copies;  ///< layer -> its gate rows with edits
@@ -41,7 +41,9 @@ DType side_dtype(const std::string& name) {
 
 }  // namespace
 
-Session::Session(SessionOptions opt) : opt_(std::move(opt)), pool_(std::make_shared<ThreadPool>(opt_.threads)) {}
+Session::Session(SessionOptions opt) : Session(std::move(opt), nullptr) {}
+Session::Session(SessionOptions opt, std::shared_ptr<ThreadPool> pool)
+    : opt_(std::move(opt)), pool_(pool ? std::move(pool) : std::make_shared<ThreadPool>(opt_.threads)) {}
 Session::~Session() = default;
 
 void Session::use(const std::string& dir) {
@@ -84,6 +86,24 @@ void Session::use(const std::string& dir) {
     o->edits->applied.push_back(std::move(np));
   }
   open_ = std::move(o);
+}
+
+void Session::use_shared(Session& base) {
+  if (!base.has_vindex()) throw Error(ErrorKind::InvalidArgument, "use_shared: the base session has no vindex in use");
+  // The vindex's own KNN facts (knn_facts.vlp) leave the weights alone; any other edit does not.
+  if (base.edits().overlay || base.edits().recording || !base.open_->gate_copies.empty())
+    throw Error(ErrorKind::InvalidArgument, "use_shared: the base session has edits");
+  base.tokenizer();
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const WeightSource> source;
+  if (base.runs_model()) {
+    source = base.base_source("a shared session");
+    model = base.model("a shared session");
+  }
+  use(base.path());
+  open_->tokenizer = base.open_->tokenizer;
+  open_->base = std::move(source);
+  open_->model = std::move(model);
 }
 
 const vindex::VindexIndex& Session::index() const {
@@ -158,7 +178,7 @@ const Tokenizer& Session::tokenizer() {
     if (static_cast<int64_t>(v.tokens.size()) != open_->index.vocab_size)
       throw Error(ErrorKind::Format, open_->dir + ": the vocabulary has " + std::to_string(v.tokens.size()) +
                                          " tokens, index.json's vocab_size is " + std::to_string(open_->index.vocab_size));
-    open_->tokenizer.emplace(std::move(v));
+    open_->tokenizer = std::make_shared<const Tokenizer>(std::move(v));
   }
   return *open_->tokenizer;
 }

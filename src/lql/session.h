@@ -45,6 +45,9 @@ struct GateHit {
 class Session {
  public:
   explicit Session(SessionOptions opt = {});
+  /// A session computing on `pool` (shared with other sessions or a server's scheduler: its
+  /// dispatch is serialised, so sharing is safe; opt.threads is then unused); nullptr: a new pool.
+  Session(SessionOptions opt, std::shared_ptr<ThreadPool> pool);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -53,6 +56,14 @@ class Session {
   /// Errors: read_index's (NotFound / Format), NotFound for a declared file that is missing,
   /// Format for a gate_vectors.bin / embeddings.bin shorter than index.json says, DownMetaFile's.
   void use(const std::string& dir);
+  /// USE of `base`'s vindex, sharing its read-only parts — the memory maps' files are mapped
+  /// again (the page cache holds one copy), the tokenizer and the base model are the same
+  /// objects — so many sessions over one vindex hold one copy of the weights. Edits are not
+  /// shared: this session starts with the vindex's own (knn_facts.vlp) and records its own.
+  /// `base` must not be edited (its model is the vindex's); it loads its tokenizer and model here
+  /// if it has not yet (so `base` must not be in use on another thread). Errors: use()'s;
+  /// InvalidArgument when `base` has no vindex or has edits of its weights.
+  void use_shared(Session& base);
   bool has_vindex() const { return open_ != nullptr; }
   /// Errors: InvalidArgument "no vindex in use (USE "NAME.vindex" first)".
   const vindex::VindexIndex& index() const;

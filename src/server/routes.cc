@@ -12,6 +12,7 @@
 #include "kv/generate.h"
 #include "server/request_json.h"
 #include "server/static_files.h"
+#include "server/lql_routes.h"
 #include "util/error.h"
 
 namespace larql::server {
@@ -180,6 +181,8 @@ void Api::operator()(const Request& req, Responder& r) {
       completions(req, r, req.path == "/v1/chat/completions");
     } else if (opt_.console && is_console_path(req.path)) {
       serve_console(req, r);  // the web console (docs/console.md)
+    } else if (opt_.lql && LqlApi::handles(req.path)) {
+      (*opt_.lql)(req, r);  // LQL over HTTP: its own errors, in the same envelope
     } else {
       bad("", "no route " + req.method + " " + req.path, 404);
     }
@@ -594,6 +597,7 @@ void Api::metrics(Responder& r) {
   };
   histogram("larql_time_to_first_token_seconds", "from request to its first token", ttft_);
   histogram("larql_request_duration_seconds", "completion and chat requests, whole", duration_);
+  if (opt_.lql) o << opt_.lql->metrics();
   r.send(200, "text/plain; version=0.0.4", o.str());
 }
 

@@ -17,6 +17,8 @@
 
 namespace larql::server {
 
+class LqlApi;
+
 struct ApiOptions {
   std::string model_id;            ///< what /v1/models lists and responses name
   EngineSpec default_engine;       ///< when a request names none
@@ -24,6 +26,8 @@ struct ApiOptions {
   int64_t max_tokens_limit = 0;    ///< the largest max_tokens accepted (0: the context)
   int request_timeout_s = 600;     ///< a request's generation ends (finish_reason "timeout") after this
   bool console = true;             ///< serve the web console at / and /assets/ (false: `--no-ui`, 404)
+  /// LQL over HTTP (server/lql_routes.h): /v1/lql and the browse routes; nullptr: none.
+  std::shared_ptr<LqlApi> lql;
 };
 
 class Api {

@@ -18,6 +18,8 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -70,8 +72,10 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(larql_bin, model_path):
-    s = Server(larql_bin, model_path)
+def server(larql_bin, inference_vindex):
+    """The default model's vindex (conftest.py; extracted with --quant keep, so its forward is the
+    GGUF's bit for bit): the OpenAI routes compare with llama.cpp on the GGUF, and LQL needs a vindex."""
+    s = Server(larql_bin, inference_vindex)
     yield s
     assert s.stop() == 0, s.proc.stderr.read()
 
@@ -259,6 +263,12 @@ def test_api_key_and_queue_limits(larql_bin, model_path, tmp_path):
             assert r.status == 200
         c = s.client(key)
         assert len(c.models.list().data) == 1
+        # LQL wants the key too; on a GGUF it answers that it needs a vindex (as `larql lql` opens only one).
+        assert lql_post(s, "STATS")[0] == 401
+        assert lql_post(s, "STATS", key="wrong")[0] == 401
+        status, body = lql_post(s, "STATS", key=key)
+        assert status == 400 and body["error"]["code"] == "lql_needs_vindex", body
+        assert "larql extract" in body["error"]["message"]
         # One slot, one queue place: of three long requests at once, one is refused with 429.
         def ask(_):
             try:
@@ -429,3 +439,183 @@ def test_sigterm_mid_stream_ends_cleanly(larql_bin, model_path):
     assert s.proc.wait(timeout=30) == 0
     chunks = [json.loads(l[6:]) for l in text.splitlines() if l.startswith("data: {")]
     assert chunks and all(ch["model"] == "the-model" for ch in chunks)
+
+
+# --- LQL over HTTP (docs/server.md "LQL over HTTP") ---------------------------------------------
+
+def http_json(url: str, body=None, method=None, headers=None, timeout=300):
+    """(status, parsed JSON body) of a request; errors are returned, not raised."""
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"),
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def lql_post(server, query, session=None, key=None, keep_going=None):
+    headers = {}
+    if session is not None:
+        headers["X-Session-Id"] = session
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    body = {"query": query}
+    if keep_going is not None:
+        body["keep_going"] = keep_going
+    return http_json(server.url + "/v1/lql", body, headers=headers)
+
+
+def without_time(doc):
+    return {k: v for k, v in doc.items() if k != "elapsed_ms"}
+
+
+def cli_docs(larql_bin, vindex, script):
+    r = subprocess.run([str(larql_bin), "lql", "--threads", str(peer.THREADS), str(vindex), "--json", "-e", script],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+
+
+def top_token(doc):
+    return doc["rows"][0][[c["name"] for c in doc["columns"]].index("token")]
+
+
+def test_lql_equals_the_cli(server, larql_bin, inference_vindex):
+    """/v1/lql's documents are `larql lql --json`'s (the CLI run on the same vindex: another process)."""
+    script = 'DESCRIBE "France"; STATS; INFER "The capital of France is" TOP 3'
+    status, body = lql_post(server, script)
+    assert status == 200, body
+    want = cli_docs(larql_bin, inference_vindex, script)
+    assert [without_time(d) for d in body["results"]] == [without_time(d) for d in want]
+    assert body["results"][0]["statement"] == "DESCRIBE" and body["results"][0]["rows"]
+    assert all(d["elapsed_ms"] >= 0 for d in body["results"])
+
+
+def test_lql_syntax_error_names_line_and_column(server):
+    second = 'DESCRIBE "France" AT LAYR 3'
+    status, body = lql_post(server, "STATS;\n" + second)
+    assert status == 400, body
+    err = body["error"]
+    assert err["code"] == "lql_syntax" and err["type"] == "invalid_request_error"
+    assert (err["line"], err["column"]) == (2, second.index("LAYR") + 1)
+    assert f"2:{second.index('LAYR') + 1}" in err["message"]
+    assert body["results"] == []  # nothing ran: the whole query is parsed first
+    # keep_going runs what parses, as `larql lql --keep-going --json` does, the failure in its place.
+    status, body = lql_post(server, "STATS;\n" + second + ";\nSTATS", keep_going=True)
+    assert status == 200, body
+    assert [d.get("statement", d.get("kind")) for d in body["results"]] == ["STATS", "invalid_argument", "STATS"]
+    # An execution error: the ErrorKind's status and message.
+    status, body = lql_post(server, 'DESCRIBE "France" AT LAYER 99')
+    assert status == 400 and "99" in body["error"]["message"] and body["error"]["code"] == "invalid_argument"
+    status, body = lql_post(server, "STATS; WALK \"x\" COMPARE")
+    assert status == 422 and body["error"]["code"] == "unsupported"
+    assert [d["statement"] for d in body["results"]] == ["STATS"]  # what ran before the error
+    for bad in ({"query": 3}, {"query": "  -- nothing\n"}, {"query": "STATS", "keep_going": "yes"}, {"q": "STATS"}):
+        status, body = http_json(server.url + "/v1/lql", bad)
+        assert status == 400, (bad, body)
+    assert http_json(server.url + "/v1/lql", b"{not json")[0] == 400
+    assert http_json(server.url + "/v1/lql")[0] == 405
+
+
+def test_lql_sessions_keep_their_own_edits(server):
+    insert = 'INSERT INTO EDGES (entity, relation, target) VALUES ("Lemuria", "capital", "Mu") MODE KNN'
+    infer = 'INFER "The capital of Lemuria is" TOP 3'
+    status, body = lql_post(server, infer)
+    assert status == 200, body
+    before = top_token(body["results"][0])
+    assert before != "Mu"
+    status, body = lql_post(server, insert, session="session-A")
+    assert status == 200, body
+    status, body = lql_post(server, infer, session="session-A")  # a later request: the edit is kept
+    assert status == 200 and top_token(body["results"][0]) == "Mu", body
+    for session in ("session-B", None):
+        status, body = lql_post(server, infer, session=session)
+        assert status == 200 and top_token(body["results"][0]) == before, (session, body)
+    status, body = lql_post(server, "SHOW PATCHES", session="session-A")
+    assert status == 200 and len(body["results"][0]["rows"]) == 1
+    assert lql_post(server, "SHOW PATCHES", session="session-B")[1]["results"][0]["rows"] == []
+    for bad in ("has space", "x" * 129, "../etc", "a;b"):
+        status, body = lql_post(server, "STATS", session=bad)
+        assert status == 400 and body["error"]["param"] == "X-Session-Id", (bad, body)
+    m = server.metrics()
+    assert m["larql_lql_sessions"] >= 2 and m["larql_lql_requests_total"] >= 6
+    assert m["larql_lql_statement_seconds_count"] >= 6
+
+
+def test_lql_file_statements_are_refused(server, tmp_path):
+    statements = [f'USE "{tmp_path}"', f'BEGIN PATCH "{tmp_path / "p.vlp"}"', f'APPLY PATCH "{tmp_path / "p.vlp"}"',
+                  "SAVE PATCH", "SHOW MODELS", f'DIFF CURRENT "{tmp_path}"',
+                  f'COMPILE CURRENT INTO VINDEX "{tmp_path / "out.vindex"}"',
+                  f'COMPILE CURRENT INTO MODEL "{tmp_path / "out.gguf"}"']
+    for st in statements:
+        status, body = lql_post(server, st, session="files")
+        assert status == 403 and body["error"]["code"] == "lql_files_refused", (st, body)
+        assert "--lql-allow-files" in body["error"]["message"]
+    assert list(tmp_path.iterdir()) == []  # nothing was written
+    assert server.metrics()["larql_lql_files_refused_total"] >= len(statements)
+
+
+def test_lql_browse_routes_equal_their_statements(server):
+    q = urllib.parse.quote
+    tricky = 'say "hi"; STATS -- x'
+    cases = [
+        (f"/v1/describe?entity=France", 'DESCRIBE "France"'),
+        (f"/v1/describe?entity=France&layer=9", 'DESCRIBE "France" AT LAYER 9'),
+        (f"/v1/describe?entity={q(tricky)}", 'DESCRIBE "say \\"hi\\"; STATS -- x"'),
+        (f"/v1/walk?prompt={q('The capital of France is')}&top=3", 'WALK "The capital of France is" TOP 3'),
+        (f"/v1/select?nearest=Paris&layer=9&limit=5", 'SELECT * FROM EDGES NEAREST TO "Paris" AT LAYER 9 LIMIT 5'),
+        (f"/v1/select?entity=Paris&layer=9", 'SELECT * FROM EDGES WHERE layer = 9 AND token = "Paris"'),
+        ("/v1/stats", "STATS"),
+        (f"/v1/infer?prompt={q('The capital of France is')}&top=2", 'INFER "The capital of France is" TOP 2'),
+    ]
+    for route, statement in cases:
+        status, got = http_json(server.url + route)
+        assert status == 200, (route, got)
+        status, want = lql_post(server, statement)
+        assert status == 200, (statement, want)
+        assert len(want["results"]) == 1
+        assert without_time(got) == without_time(want["results"][0]), route
+    status, got = http_json(server.url + "/v1/infer", {"prompt": "The capital of France is", "top": 2})
+    assert status == 200 and got["statement"] == "INFER" and len(got["rows"]) == 2
+    # The tricky entity is one DESCRIBE of that text, not a DESCRIBE and a STATS.
+    status, got = http_json(server.url + f"/v1/describe?entity={q(tricky)}")
+    assert got["statement"] == "DESCRIBE" and tricky in got["title"], got["title"]
+    # limit keeps the first rows of the same document.
+    full = http_json(server.url + "/v1/describe?entity=France")[1]
+    cut = http_json(server.url + "/v1/describe?entity=France&limit=2")[1]
+    assert cut["rows"] == full["rows"][:2] and len(full["rows"]) > 2
+    # SHOW RELATIONS needs labels this vindex lacks: the route answers as the statement does.
+    got, want = http_json(server.url + "/v1/relations"), lql_post(server, "SHOW RELATIONS")
+    assert got[0] == want[0] != 200 and got[1]["error"]["message"] == want[1]["error"]["message"]
+    for route, param in [("/v1/describe", "entity"), ("/v1/describe?entity=x&layer=-1", "layer"),
+                         ("/v1/walk?prompt=x&top=0", "top"), ("/v1/select?nearest=x", "layer"),
+                         ("/v1/infer", "prompt"), ("/v1/stats?x=1", "x"), ("/v1/describe?entity=x&entity=y", "entity")]:
+        status, body = http_json(server.url + route)
+        assert status == 400 and body["error"]["param"] == param, (route, body)
+
+
+def test_lql_allow_files_and_api_key(larql_bin, inference_vindex, tmp_path):
+    """--lql-allow-files DIR lets patches be written inside DIR only; --api-key guards /v1/lql too."""
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "out").symlink_to(tmp_path)  # a link out of DIR does not open a way out
+    s = Server(larql_bin, inference_vindex, "--api-key", "k", "--lql-allow-files", str(allowed))
+    try:
+        assert lql_post(s, "STATS")[0] == 401
+        assert http_json(s.url + "/v1/stats")[0] == 401
+        status, body = lql_post(s, 'BEGIN PATCH "p.vlp"; INSERT INTO EDGES (entity, relation, target) VALUES '
+                                   '("Lemuria", "capital", "Mu") MODE KNN; SAVE PATCH', session="w", key="k")
+        assert status == 200, body
+        assert (allowed / "p.vlp").is_file()
+        patch = json.loads((allowed / "p.vlp").read_text())
+        assert [op["op"] for op in patch["operations"]] == ["insert_knn"]
+        for path in ("../escape.vlp", str(tmp_path / "escape.vlp"), "out/escape.vlp"):
+            status, body = lql_post(s, f'BEGIN PATCH "{path}"', session="w", key="k")
+            assert status == 403 and "not inside" in body["error"]["message"], (path, body)
+        assert not (tmp_path / "escape.vlp").exists()
+        status, body = lql_post(s, 'APPLY PATCH "p.vlp"; INFER "The capital of Lemuria is" TOP 1', session="v", key="k")
+        assert status == 200 and top_token(body["results"][1]) == "Mu", body
+    finally:
+        assert s.stop() == 0
