@@ -241,6 +241,30 @@ bool JsonVocab::advance(JsonState& s, int32_t id) const {
   return true;
 }
 
+template <class S, class F>
+void JsonVocab::walk(const S& s, F&& allow) const {
+  struct Item {
+    uint32_t node;
+    S state;
+  };
+  std::vector<Item> stack{{0, s}};
+  while (!stack.empty()) {
+    Item it = std::move(stack.back());
+    stack.pop_back();
+    const Node& n = nodes_[it.node];
+    for (uint32_t e = n.first; e < n.first + n.count; ++e) {
+      S t = it.state;
+      if (!t.feed(edges_[e].byte)) continue;
+      const uint32_t child = edges_[e].node;
+      if (nodes_[child].token >= 0) {
+        allow(nodes_[child].token);
+        for (int32_t id : same_[child]) allow(id);
+      }
+      if (nodes_[child].count > 0) stack.push_back({child, t});
+    }
+  }
+}
+
 void JsonVocab::mask(const JsonState& s, const std::vector<int32_t>& eog, std::vector<uint8_t>& allowed) const {
   allowed.assign(pieces_.size(), 0);
   bool any = false;
@@ -259,29 +283,50 @@ void JsonVocab::mask(const JsonState& s, const std::vector<int32_t>& eog, std::v
       if (advance(t, id)) allow(id);
     }
   } else {
-    struct Item {
-      uint32_t node;
-      JsonState state;
-    };
-    std::vector<Item> stack{{0, s}};
-    while (!stack.empty()) {
-      Item it = std::move(stack.back());
-      stack.pop_back();
-      const Node& n = nodes_[it.node];
-      for (uint32_t e = n.first; e < n.first + n.count; ++e) {
-        JsonState t = it.state;
-        if (!t.feed(edges_[e].byte)) continue;
-        const uint32_t child = edges_[e].node;
-        if (nodes_[child].token >= 0) {
-          allow(nodes_[child].token);
-          for (int32_t id : same_[child]) allow(id);
-        }
-        if (nodes_[child].count > 0) stack.push_back({child, t});
-      }
-    }
+    walk(s, allow);
   }
   if (!any)
     for (int32_t id : eog) allow(id);
+}
+
+bool JsonVocab::advance(SchemaState& s, int32_t id) const {
+  if (id < 0 || id >= vocab()) return false;
+  const std::string& p = pieces_[static_cast<size_t>(id)];
+  if (p.empty()) return false;
+  SchemaState t = s;
+  for (unsigned char c : p)
+    if (!t.feed(c)) return false;
+  s = t;
+  return true;
+}
+
+void JsonVocab::mask(const SchemaState& s, const std::vector<int32_t>& eog, std::vector<uint8_t>& allowed) const {
+  allowed.assign(pieces_.size(), 0);
+  const bool free_string = s.in_free_string();
+  auto& cache = s.grammar()->cache;
+  const std::string key = s.key();
+  auto hit = cache.find(key);
+  if (hit == cache.end()) {
+    std::vector<int32_t> ids;
+    if (free_string) {
+      // A plain token (complete UTF-8, no quote, backslash or control byte) leaves a free string's
+      // state as it found it: only the others need simulating.
+      for (int32_t id : special_) {
+        SchemaState t = s;
+        if (advance(t, id)) ids.push_back(id);
+      }
+    } else {
+      walk(s, [&](int32_t id) { ids.push_back(id); });
+    }
+    if (cache.size() >= 256) cache.clear();
+    hit = cache.emplace(key, std::move(ids)).first;
+  }
+  bool any = false;
+  if (free_string)
+    for (int32_t id : plain_) allowed[static_cast<size_t>(id)] = 1, any = true;
+  for (int32_t id : hit->second) allowed[static_cast<size_t>(id)] = 1, any = true;
+  if (s.accepting() || !any)
+    for (int32_t id : eog) allowed[static_cast<size_t>(id)] = 1;
 }
 
 }  // namespace larql::server

@@ -13,6 +13,7 @@
 #include "kv/registry.h"
 #include "server/http.h"
 #include "server/scheduler.h"
+#include "server/sessions.h"
 #include "tokenizer/tokenizer.h"
 
 namespace larql::server {
@@ -24,6 +25,7 @@ struct ApiOptions {
   int64_t max_tokens_limit = 0;    ///< the largest max_tokens accepted (0: the context)
   int request_timeout_s = 600;     ///< a request's generation ends (finish_reason "timeout") after this
   bool console = true;             ///< serve the web console at / and /assets/ (false: `--no-ui`, 404)
+  std::shared_ptr<SessionStore> sessions;  ///< saved sessions ("session" in a request; /v1/sessions)
 };
 
 class Api {
@@ -35,6 +37,7 @@ class Api {
   void completions(const Request& req, Responder& r, bool chat);
   void embeddings(const Request& req, Responder& r);
   void metrics(Responder& r);
+  void sessions(const Request& req, Responder& r);
 
   std::shared_ptr<Forward> runner_;
   Tokenizer tok_;
