@@ -190,6 +190,20 @@ JsonVocab::JsonVocab(const Tokenizer& tok) {
     for (unsigned char c : pieces_[static_cast<size_t>(id)]) ok = ok && s.feed(c);
     (ok && s.mode == Mode::Str && s.utf8_left == 0 ? plain_ : special_).push_back(id);
   }
+  for (int32_t id : special_) {
+    const std::string& p = pieces_[static_cast<size_t>(id)];
+    if (p.find('"') != std::string::npos) {
+      special_quote_.push_back(id);
+      continue;
+    }
+    JsonState s;
+    s.mode = Mode::Str;
+    bool ok = true;
+    for (unsigned char c : p) ok = ok && s.feed(c);
+    if (ok) special_string_.push_back(id);
+  }
+  plain_mask_.assign(static_cast<size_t>(V), 0);
+  for (int32_t id : plain_) plain_mask_[static_cast<size_t>(id)] = 1;
   // The trie, built over the tokens sorted by their bytes: each node's child edges are
   // contiguous, written before its children are built.
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
@@ -301,17 +315,24 @@ bool JsonVocab::advance(SchemaState& s, int32_t id) const {
 }
 
 void JsonVocab::mask(const SchemaState& s, const std::vector<int32_t>& eog, std::vector<uint8_t>& allowed) const {
-  allowed.assign(pieces_.size(), 0);
-  const bool free_string = s.in_free_string();
+  const bool free_string = s.accepts_plain();
+  if (free_string) allowed = plain_mask_;
+  else allowed.assign(pieces_.size(), 0);
   auto& cache = s.grammar()->cache;
   const std::string key = s.key();
   auto hit = cache.find(key);
   if (hit == cache.end()) {
     std::vector<int32_t> ids;
     if (free_string) {
-      // A plain token (complete UTF-8, no quote, backslash or control byte) leaves a free string's
-      // state as it found it: only the others need simulating.
-      for (int32_t id : special_) {
+      // Every plain token (complete UTF-8, no quote, backslash or control byte) is accepted by the
+      // free string's stacks, whatever other stacks (an enum's beside the string in an anyOf)
+      // accept: only the other tokens need simulating.
+      // In a free string only (no other stacks): a token without a quote is accepted exactly when
+      // a JSON string takes it, known from the vocabulary; only those with a quote depend on what
+      // follows the string.
+      const bool pure = s.in_free_string();
+      if (pure) ids = special_string_;
+      for (int32_t id : pure ? special_quote_ : special_) {
         SchemaState t = s;
         if (advance(t, id)) ids.push_back(id);
       }
@@ -321,9 +342,7 @@ void JsonVocab::mask(const SchemaState& s, const std::vector<int32_t>& eog, std:
     if (cache.size() >= 256) cache.clear();
     hit = cache.emplace(key, std::move(ids)).first;
   }
-  bool any = false;
-  if (free_string)
-    for (int32_t id : plain_) allowed[static_cast<size_t>(id)] = 1, any = true;
+  bool any = free_string && !plain_.empty();
   for (int32_t id : hit->second) allowed[static_cast<size_t>(id)] = 1, any = true;
   if (s.accepting() || !any)
     for (int32_t id : eog) allowed[static_cast<size_t>(id)] = 1;

@@ -93,7 +93,10 @@ class JsonVocab {
   std::vector<Edge> edges_;
   std::vector<std::vector<int32_t>> same_;  ///< per node: further tokens with the same bytes
   std::vector<int32_t> plain_;    ///< tokens that never change a string's state
+  std::vector<uint8_t> plain_mask_;  ///< [vocab]: 1 for the plain tokens
   std::vector<int32_t> special_;  ///< the other non-control tokens
+  std::vector<int32_t> special_string_;  ///< specials without '"' that a string accepts (escapes, partial UTF-8)
+  std::vector<int32_t> special_quote_;   ///< specials with a '"'
 };
 
 }  // namespace larql::server

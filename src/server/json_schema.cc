@@ -64,7 +64,7 @@ class SchemaCompiler {
     // The start position: a reference to the root rule followed by End.
     g_->root_ = static_cast<uint32_t>(g_->elems_.size());
     push({{Kind::Rule, r}});
-    g_->free_.resize(g_->elems_.size(), 0);
+    g_->free_.assign(g_->elems_.size(), 0);
     for (uint32_t p : free_positions_) g_->free_[p] = 1;
     return g_;
   }
@@ -211,13 +211,16 @@ class SchemaCompiler {
         {range(0xF1, 0xF3), cont, cont, cont},
         {byte(0xF4), range(0x80, 0x8F), cont, cont},
     };
-    for (const Seq& s : alts) free_positions_.push_back(alt(ch, s));
+    for (const Seq& s : alts) {
+      const uint32_t at = alt(ch, s);
+      if (g_->plain_pos_ < 0) g_->plain_pos_ = at;  // the first: the plain class
+      free_positions_.push_back(at);
+    }
     const uint32_t body = new_rule();
     alt(body, {ref(ch), ref(body)});
     alt(body, {});
     const uint32_t r = new_rule();
-    const uint32_t start = alt(r, {byte('"'), ref(body), byte('"')});
-    free_positions_.push_back(start + 2);  // the closing quote
+    free_positions_.push_back(alt(r, {byte('"'), ref(body), byte('"')}) + 2);  // the closing quote
     string_ = r;
     return r;
   }
@@ -395,8 +398,8 @@ class SchemaCompiler {
   std::map<std::array<uint64_t, 4>, uint32_t> class_ids_;
   std::map<std::string, uint32_t> memo_;
   std::set<std::string> resolving_;
-  std::vector<uint32_t> free_positions_;
   std::optional<uint32_t> integer_, number_, string_;
+  std::vector<uint32_t> free_positions_;
 };
 
 std::shared_ptr<SchemaGrammar> SchemaGrammar::compile(const std::string& schema_json) {
@@ -501,8 +504,20 @@ bool SchemaState::accepting() const {
   return false;
 }
 
+bool SchemaState::accepts_plain() const {
+  const int64_t plain = g_ ? g_->plain_char_pos() : -1;
+  if (plain < 0) return false;
+  size_t i = 0;
+  for (int s = 0; s < n_stacks_; ++s) {
+    const int d = buf_[i];
+    if (d > 0 && buf_[i + static_cast<size_t>(d)] == plain) return true;
+    i += static_cast<size_t>(d) + 1;
+  }
+  return false;
+}
+
 bool SchemaState::in_free_string() const {
-  if (n_stacks_ == 0) return false;
+  if (!g_ || n_stacks_ == 0) return false;
   size_t i = 0;
   for (int s = 0; s < n_stacks_; ++s) {
     const int d = buf_[i];

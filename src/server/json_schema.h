@@ -16,6 +16,7 @@
 // 15 fraction digits and 3 exponent digits; strings unbounded (max_tokens bounds them).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -48,9 +49,14 @@ class SchemaGrammar {
   const std::vector<uint32_t>& alts(uint32_t rule) const { return rules_[rule]; }
   bool in_class(uint32_t cls, uint8_t c) const { return (classes_[cls][c >> 6] >> (c & 63)) & 1; }
   uint32_t root() const { return root_; }
-  /// True when position `pos` starts one alternative of a free string's character or is the
-  /// closing quote of a free string (the states in which a "plain" token changes nothing).
-  bool free_string_pos(uint16_t pos) const { return pos < free_.size() && free_[pos]; }
+  /// The position of a free string's plain-character class (0x20-0x7F but '"' and '\\'): a stack
+  /// waiting there comes with the stacks of every other character alternative (expansion adds them
+  /// together), so the state accepts every "plain" token (complete UTF-8, no quote, backslash or
+  /// control byte). -1 when the schema has no free string.
+  int64_t plain_char_pos() const { return plain_pos_; }
+  /// True when position `pos` starts one alternative of a free string's character or is a free
+  /// string's closing quote.
+  bool free_string_pos(uint32_t pos) const { return pos < free_.size() && free_[pos]; }
 
   /// Mask cache (JsonVocab's): allowed non-plain tokens per state, used by the scheduler thread only.
   mutable std::map<std::string, std::vector<int32_t>> cache;
@@ -60,6 +66,7 @@ class SchemaGrammar {
   std::vector<Elem> elems_;
   std::vector<std::vector<uint32_t>> rules_;  ///< per rule: the element index where each alternative starts
   std::vector<std::array<uint64_t, 4>> classes_;
+  int64_t plain_pos_ = -1;
   std::vector<uint8_t> free_;
   uint32_t root_ = 0;
 };
@@ -71,6 +78,15 @@ class SchemaState {
   static constexpr int kCapacity = 384;  ///< uint16 entries over all stacks
   static constexpr int kMaxStacks = 48;  ///< a byte that would need more is refused
   SchemaState() = default;
+  /// Copies move only the stacks in use.
+  SchemaState(const SchemaState& o) { *this = o; }
+  SchemaState& operator=(const SchemaState& o) {
+    g_ = o.g_;
+    len_ = o.len_;
+    n_stacks_ = o.n_stacks_;
+    std::copy(o.buf_.begin(), o.buf_.begin() + len_, buf_.begin());
+    return *this;
+  }
   /// The start state of `g` (before the first byte).
   explicit SchemaState(const SchemaGrammar& g);
   /// Feed one byte; false (state unchanged) when no stack accepts it, or when the result would
@@ -80,7 +96,11 @@ class SchemaState {
   bool accepting() const;
   /// No byte can follow (accepting and nothing else).
   bool done() const { return n_stacks_ == 1 && accepting(); }
-  /// Every stack waits on a free string's character or closing quote (see free_string_pos).
+  /// Some stack waits on a free string's character: every plain token is accepted (see
+  /// SchemaGrammar::plain_char_pos).
+  bool accepts_plain() const;
+  /// Every stack is in a free string, between characters: then a token without a quote is accepted
+  /// exactly when JSON's string grammar takes it (JsonState in a string), whatever follows the string.
   bool in_free_string() const;
   /// The state's bytes, as a cache key.
   std::string key() const;
@@ -91,7 +111,7 @@ class SchemaState {
   bool add(const uint16_t* stack, int depth);
   const SchemaGrammar* g_ = nullptr;
   uint16_t len_ = 0, n_stacks_ = 0;
-  std::array<uint16_t, kCapacity> buf_{};
+  std::array<uint16_t, kCapacity> buf_;  ///< entries past len_ are never read
 };
 
 }  // namespace larql::server
