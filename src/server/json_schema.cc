@@ -18,8 +18,8 @@ using Kind = SchemaGrammar::Kind;
 namespace {
 
 constexpr size_t kMaxElems = 60000;   // positions are uint16 in the state
-constexpr int kMaxSchemaDepth = 64;   // schema nesting (the compiler recurses)
-constexpr int kMaxStackDepth = 64;    // one stack's depth while expanding
+constexpr int kMaxSchemaDepth = 32;   // schema nesting (the compiler recurses; deeper outputs need deeper stacks)
+constexpr int kMaxStackDepth = 128;   // one stack's depth while expanding (about 3 per nesting level)
 constexpr int64_t kMaxItemsBound = 256;
 constexpr int kIntDigits = 15, kFracDigits = 15, kExpDigits = 3;
 
@@ -333,7 +333,7 @@ class SchemaCompiler {
   }
 
   uint32_t compile(const json& s, const std::string& ptr, int depth) {
-    if (depth > kMaxSchemaDepth) unsupported("nesting", ptr, "deeper than " + std::to_string(kMaxSchemaDepth));
+    if (depth >= kMaxSchemaDepth) unsupported("nesting", ptr, "deeper than " + std::to_string(kMaxSchemaDepth));
     if (s.is_boolean()) unsupported("a boolean schema", ptr);
     if (!s.is_object()) malformed(ptr, "a schema must be an object");
     for (auto it = s.begin(); it != s.end(); ++it)
@@ -419,7 +419,9 @@ SchemaState::SchemaState(const SchemaGrammar& g) : g_(&g) {
   stack[0] = static_cast<uint16_t>(g.root());
   SchemaState out;
   out.g_ = &g;
-  if (!expand(stack, 1, out)) throw Error(ErrorKind::InvalidArgument, "json_schema: the schema's grammar is too wide");
+  if (!expand(stack, 1, out))
+    throw Error(ErrorKind::Unsupported, "json_schema: the schema keeps more than " + std::to_string(kMaxStacks) +
+                                            " alternatives open at its start (anyOf or type lists too wide)");
   *this = out;
 }
 

@@ -42,7 +42,8 @@ class SchemaGrammar {
   /// array, string, number, integer, boolean, null), properties, required, additionalProperties
   /// (false or absent), items, minItems, maxItems (<= 256), enum, const, anyOf, $ref to
   /// #/$defs/NAME or #/definitions/NAME (a recursive reference is refused); title, description,
-  /// $comment, examples, default, $schema, $id are ignored.
+  /// $comment, examples, default, $schema, $id are ignored. Nesting (properties, items, anyOf,
+  /// $ref) at most 32 deep.
   static std::shared_ptr<SchemaGrammar> compile(const std::string& schema_json);
 
   const std::vector<Elem>& elems() const { return elems_; }
@@ -75,8 +76,8 @@ class SchemaGrammar {
 /// that copies (the trie walk copies it per node) never allocate.
 class SchemaState {
  public:
-  static constexpr int kCapacity = 384;  ///< uint16 entries over all stacks
-  static constexpr int kMaxStacks = 48;  ///< a byte that would need more is refused
+  static constexpr int kCapacity = 1024;  ///< uint16 entries over all stacks
+  static constexpr int kMaxStacks = 128;  ///< a byte that would need more is refused
   SchemaState() = default;
   /// Copies move only the stacks in use.
   SchemaState(const SchemaState& o) { *this = o; }

@@ -216,6 +216,20 @@ TEST(SchemaGrammar, DefinitionsAndBounds) {
   EXPECT_FALSE(accepts(*g, R"(["red","red","red","red"])"));
 }
 
+TEST(SchemaGrammar, DeepestNestingFits) {
+  // 31 objects inside each other (with the root's, 32 levels of schema): the automaton's stacks
+  // hold the deepest document; one level more is refused when the schema is compiled.
+  std::string schema = R"({"type":"integer"})", doc = "7";
+  for (int i = 0; i < 31; ++i) {
+    schema = R"({"type":"object","properties":{"k":)" + schema + R"(,"z":{"type":"boolean"}},"required":["k"]})";
+    doc = R"({"k":)" + doc + "}";
+  }
+  const auto g = SchemaGrammar::compile(schema);
+  EXPECT_TRUE(accepts(*g, doc));
+  EXPECT_FALSE(accepts(*g, doc + "}"));
+  EXPECT_THROW(SchemaGrammar::compile(R"({"type":"array","items":)" + schema + "}"), Error);
+}
+
 TEST(SchemaGrammar, RefusesWhatIsOutsideTheSubset) {
   auto refusal = [](const std::string& schema) {
     try {
