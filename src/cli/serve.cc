@@ -45,6 +45,9 @@ struct ServeArgs {
   int max_lql_sessions = 16;
   int lql_session_ttl = 600;
   std::string lql_allow_files;
+  std::string session_dir;
+  int session_max = 64;
+  int64_t session_max_mb = 1024;
 };
 
 std::string trim_line(std::string s) {
@@ -80,6 +83,9 @@ void serve(ServeArgs& a) {
     std::vector<float> logits(static_cast<size_t>(l.model->config().vocab));
     l.forward->logits(h.data(), 1, logits.data());
   }
+  // Before the scheduler: its jobs hold leases on the store until they end.
+  auto sessions = std::make_shared<server::SessionStore>(a.session_dir, a.session_max,
+                                                         static_cast<uint64_t>(a.session_max_mb) << 20);
   server::SchedulerOptions so;
   so.max_batch = a.max_batch;
   so.max_queue = a.max_queue;
@@ -129,6 +135,7 @@ void serve(ServeArgs& a) {
   lo.allow_files = a.lql_allow_files;
   lo.pool = l.forward->pool_ptr();
   ao.lql = std::make_shared<server::LqlApi>(lo);
+  ao.sessions = sessions;
   std::unique_ptr<server::HttpServer> http;
   std::unique_ptr<server::Api> api;
   http = std::make_unique<server::HttpServer>(ho, [&api](const server::Request& q, server::Responder& r) { (*api)(q, r); });
@@ -201,6 +208,11 @@ void register_serve(CLI::App& app) {
                   "let LQL statements read and write files inside this directory (USE, patches, COMPILE, DIFF); "
                   "default: refused");
   cmd->add_option("--alias", a->alias, "the model id clients see (default: the model's name)");
+  cmd->add_option("--session-dir", a->session_dir,
+                  "keep saved sessions (\"session\" in a request) here (default: a temporary directory removed at exit)");
+  add_int_flag(cmd, "--session-max", a->session_max, 1, 100000, "saved sessions kept at most (default 64; least recently used go)");
+  add_int_flag(cmd, "--session-max-mb", a->session_max_mb, 1, int64_t{1} << 30,
+               "MiB of saved session state kept at most (default 1024)");
   cmd->callback([a] { serve(*a); });
 }
 

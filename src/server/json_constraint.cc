@@ -190,6 +190,20 @@ JsonVocab::JsonVocab(const Tokenizer& tok) {
     for (unsigned char c : pieces_[static_cast<size_t>(id)]) ok = ok && s.feed(c);
     (ok && s.mode == Mode::Str && s.utf8_left == 0 ? plain_ : special_).push_back(id);
   }
+  for (int32_t id : special_) {
+    const std::string& p = pieces_[static_cast<size_t>(id)];
+    if (p.find('"') != std::string::npos) {
+      special_quote_.push_back(id);
+      continue;
+    }
+    JsonState s;
+    s.mode = Mode::Str;
+    bool ok = true;
+    for (unsigned char c : p) ok = ok && s.feed(c);
+    if (ok) special_string_.push_back(id);
+  }
+  plain_mask_.assign(static_cast<size_t>(V), 0);
+  for (int32_t id : plain_) plain_mask_[static_cast<size_t>(id)] = 1;
   // The trie, built over the tokens sorted by their bytes: each node's child edges are
   // contiguous, written before its children are built.
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
@@ -241,6 +255,30 @@ bool JsonVocab::advance(JsonState& s, int32_t id) const {
   return true;
 }
 
+template <class S, class F>
+void JsonVocab::walk(const S& s, F&& allow) const {
+  struct Item {
+    uint32_t node;
+    S state;
+  };
+  std::vector<Item> stack{{0, s}};
+  while (!stack.empty()) {
+    Item it = std::move(stack.back());
+    stack.pop_back();
+    const Node& n = nodes_[it.node];
+    for (uint32_t e = n.first; e < n.first + n.count; ++e) {
+      S t = it.state;
+      if (!t.feed(edges_[e].byte)) continue;
+      const uint32_t child = edges_[e].node;
+      if (nodes_[child].token >= 0) {
+        allow(nodes_[child].token);
+        for (int32_t id : same_[child]) allow(id);
+      }
+      if (nodes_[child].count > 0) stack.push_back({child, t});
+    }
+  }
+}
+
 void JsonVocab::mask(const JsonState& s, const std::vector<int32_t>& eog, std::vector<uint8_t>& allowed) const {
   allowed.assign(pieces_.size(), 0);
   bool any = false;
@@ -259,29 +297,55 @@ void JsonVocab::mask(const JsonState& s, const std::vector<int32_t>& eog, std::v
       if (advance(t, id)) allow(id);
     }
   } else {
-    struct Item {
-      uint32_t node;
-      JsonState state;
-    };
-    std::vector<Item> stack{{0, s}};
-    while (!stack.empty()) {
-      Item it = std::move(stack.back());
-      stack.pop_back();
-      const Node& n = nodes_[it.node];
-      for (uint32_t e = n.first; e < n.first + n.count; ++e) {
-        JsonState t = it.state;
-        if (!t.feed(edges_[e].byte)) continue;
-        const uint32_t child = edges_[e].node;
-        if (nodes_[child].token >= 0) {
-          allow(nodes_[child].token);
-          for (int32_t id : same_[child]) allow(id);
-        }
-        if (nodes_[child].count > 0) stack.push_back({child, t});
-      }
-    }
+    walk(s, allow);
   }
   if (!any)
     for (int32_t id : eog) allow(id);
+}
+
+bool JsonVocab::advance(SchemaState& s, int32_t id) const {
+  if (id < 0 || id >= vocab()) return false;
+  const std::string& p = pieces_[static_cast<size_t>(id)];
+  if (p.empty()) return false;
+  SchemaState t = s;
+  for (unsigned char c : p)
+    if (!t.feed(c)) return false;
+  s = t;
+  return true;
+}
+
+void JsonVocab::mask(const SchemaState& s, const std::vector<int32_t>& eog, std::vector<uint8_t>& allowed) const {
+  const bool free_string = s.accepts_plain();
+  if (free_string) allowed = plain_mask_;
+  else allowed.assign(pieces_.size(), 0);
+  auto& cache = s.grammar()->cache;
+  const std::string key = s.key();
+  auto hit = cache.find(key);
+  if (hit == cache.end()) {
+    std::vector<int32_t> ids;
+    if (free_string) {
+      // Every plain token (complete UTF-8, no quote, backslash or control byte) is accepted by the
+      // free string's stacks, whatever other stacks (an enum's beside the string in an anyOf)
+      // accept: only the other tokens need simulating.
+      // In a free string only (no other stacks): a token without a quote is accepted exactly when
+      // a JSON string takes it, known from the vocabulary; only those with a quote depend on what
+      // follows the string.
+      const bool pure = s.in_free_string();
+      if (pure) ids = special_string_;
+      for (int32_t id : pure ? special_quote_ : special_) {
+        SchemaState t = s;
+        if (advance(t, id)) ids.push_back(id);
+      }
+    } else {
+      walk(s, [&](int32_t id) { ids.push_back(id); });
+    }
+    if (cache.size() >= 256) cache.clear();
+    hit = cache.emplace(key, std::move(ids)).first;
+  }
+  bool any = free_string && !plain_.empty();
+  for (int32_t id : hit->second) allowed[static_cast<size_t>(id)] = 1, any = true;
+  if (s.accepting() || !any)
+    for (int32_t id : eog) allowed[static_cast<size_t>(id)] = 1;
 }
 
 }  // namespace larql::server

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "server/json_schema.h"
 #include "tokenizer/tokenizer.h"
 
 namespace larql::server {
@@ -66,9 +67,18 @@ class JsonVocab {
   void mask(const JsonState& s, const std::vector<int32_t>& eog, std::vector<uint8_t>& allowed) const;
   /// Advance `s` over the bytes of token `id`; false when refused.
   bool advance(JsonState& s, int32_t id) const;
+  /// The same for a schema's automaton (json_schema.h): allowed[id] = 1 for every token whose
+  /// bytes it accepts next; the end-of-generation ids when s.accepting() (or at a dead end).
+  /// Results per state are cached in the state's grammar (SchemaGrammar::cache), so a step inside
+  /// a long string costs the plain-token list only.
+  void mask(const SchemaState& s, const std::vector<int32_t>& eog, std::vector<uint8_t>& allowed) const;
+  bool advance(SchemaState& s, int32_t id) const;
   int64_t vocab() const { return static_cast<int64_t>(pieces_.size()); }
 
  private:
+  /// Calls allow(id) for every token whose bytes `s` accepts from the trie's root.
+  template <class S, class F>
+  void walk(const S& s, F&& allow) const;
   struct Node {
     uint32_t first = 0;   ///< index of the first child edge in edges_
     uint32_t count = 0;   ///< child edges
@@ -83,7 +93,10 @@ class JsonVocab {
   std::vector<Edge> edges_;
   std::vector<std::vector<int32_t>> same_;  ///< per node: further tokens with the same bytes
   std::vector<int32_t> plain_;    ///< tokens that never change a string's state
+  std::vector<uint8_t> plain_mask_;  ///< [vocab]: 1 for the plain tokens
   std::vector<int32_t> special_;  ///< the other non-control tokens
+  std::vector<int32_t> special_string_;  ///< specials without '"' that a string accepts (escapes, partial UTF-8)
+  std::vector<int32_t> special_quote_;   ///< specials with a '"'
 };
 
 }  // namespace larql::server

@@ -153,6 +153,32 @@ json chat_logprobs(const std::vector<Event>& toks) {
   return {{"content", content}};
 }
 
+/// The compiled grammar of `response_format: {"type": "json_schema", "json_schema": {"name",
+/// "schema", "strict"}}`. The schema is read again from the body's text in document order
+/// (ordered_json): properties are emitted in the order the schema lists them.
+std::shared_ptr<const SchemaGrammar> schema_of(const std::string& body_text, const json& rf) {
+  const char* where = "response_format.json_schema";
+  if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+    bad(where, "response_format type 'json_schema' needs a 'json_schema' object with 'name' and 'schema'");
+  const json& js = rf["json_schema"];
+  if (!js.contains("name") || !js["name"].is_string() || js["name"].get<std::string>().empty() ||
+      js["name"].get<std::string>().size() > 64)
+    bad("response_format.json_schema.name", "'json_schema.name' must be a string of 1 to 64 characters");
+  if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
+    bad("response_format.json_schema.strict", "'json_schema.strict' must be true or false");
+  if (!js.contains("schema") || !js["schema"].is_object())
+    bad("response_format.json_schema.schema", "'json_schema.schema' must be a JSON Schema object");
+  const auto ordered = nlohmann::ordered_json::parse(body_text);
+  const std::string text = ordered["response_format"]["json_schema"]["schema"].dump();
+  try {
+    auto g = SchemaGrammar::compile(text);
+    [[maybe_unused]] SchemaState probe(*g);  // the start state must fit
+    return g;
+  } catch (const Error& e) {
+    bad("response_format.json_schema.schema", e.what());
+  }
+}
+
 }  // namespace
 
 Api::Api(std::shared_ptr<Forward> runner, Tokenizer tok, Scheduler& sched, const HttpServer* http, ApiOptions opt)
@@ -176,6 +202,8 @@ void Api::operator()(const Request& req, Responder& r) {
     } else if (req.path == "/v1/embeddings") {
       if (req.method != "POST") bad("", "use POST for /v1/embeddings", 405);
       embeddings(req, r);
+    } else if (req.path == "/v1/sessions" || req.path.rfind("/v1/sessions/", 0) == 0) {
+      sessions(req, r);
     } else if (req.path == "/v1/completions" || req.path == "/v1/chat/completions") {
       if (req.method != "POST") bad("", "use POST for " + req.path, 405);
       completions(req, r, req.path == "/v1/chat/completions");
@@ -215,17 +243,20 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
   if (bool_field(body, "echo", false)) bad("echo", "'echo' is not supported by this server");
   if (int_field(body, "best_of", 1, 1, 1) != 1) bad("best_of", "'best_of' must be 1");
   bool json_object = false;
+  std::shared_ptr<const SchemaGrammar> schema;
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     const json& rf = body["response_format"];
     const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
     if (type == "json_object") json_object = true;
+    else if (type == "json_schema") schema = schema_of(req.body, rf);
     else if (type != "text")
-      bad("response_format", "response_format type '" + type + "' is not supported (text, json_object)");
+      bad("response_format", "response_format type '" + type + "' is not supported (text, json_object, json_schema)");
   }
   if (body.contains("model") && !body["model"].is_string()) bad("model", "'model' must be a string");
 
   GenParams p;
   p.json_object = json_object;
+  p.schema = std::move(schema);
   // The prompt.
   std::vector<std::string> notes;
   if (chat) {
@@ -334,6 +365,18 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
   }
   p.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt_.request_timeout_s);
 
+  std::shared_ptr<SessionLease> lease;
+  if (body.contains("session") && !body["session"].is_null()) {
+    if (!body["session"].is_string() || !SessionStore::valid_id(body["session"].get<std::string>()))
+      bad("session", "'session' must be an id of 1 to 128 characters from [A-Za-z0-9_-]");
+    if (p.n != 1) bad("session", "'session' needs 'n': 1");
+    if (!opt_.sessions) bad("session", "this server keeps no sessions");
+    const std::string sid = body["session"].get<std::string>();
+    lease = opt_.sessions->acquire(sid, p.engine.to_string(), p.prompt);
+    if (!lease)
+      throw BadRequest{409, "session '" + sid + "' is in use by another request", "session", "session_busy"};
+    p.session = lease;
+  }
   const int n = p.n;
   const int top_n = p.top_logprobs;
   const int64_t prompt_tokens = static_cast<int64_t>(p.prompt.size());
@@ -356,7 +399,7 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
   const int64_t created = unix_now();
   const std::string object = chat ? "chat.completion" : "text_completion";
   std::vector<Choice> choices(static_cast<size_t>(n));
-  int64_t completion_tokens = 0;
+  int64_t completion_tokens = 0, cached_tokens = 0;
   auto chunk_base = [&]() {
     return json{{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
                 {"model", opt_.model_id}, {"system_fingerprint", nullptr}};
@@ -392,6 +435,7 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
         c.finish_reason = finish_name(e.finish_reason);
         c.completion_tokens = e.completion_tokens;
         completion_tokens += e.completion_tokens;
+        cached_tokens = std::max(cached_tokens, e.cached_tokens);
         if (stream) {
           json ch = chunk_base();
           if (chat)
@@ -430,9 +474,11 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
       return;
     }
   }
-  const json usage = {{"prompt_tokens", prompt_tokens},
-                      {"completion_tokens", completion_tokens},
-                      {"total_tokens", prompt_tokens + completion_tokens}};
+  json usage = {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens}};
+  // OpenAI's field for prompt tokens served from a cache: here, those of a resumed session.
+  if (lease) usage["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
   if (stream) {
     if (include_usage) {
       json ch = chunk_base();
@@ -445,6 +491,7 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
   }
   json out = {{"id", id}, {"object", object}, {"created", created}, {"model", opt_.model_id},
               {"system_fingerprint", nullptr}, {"usage", usage}};
+  if (lease) out["session"] = {{"id", lease->id()}, {"resumed", cached_tokens > 0}, {"cached_tokens", cached_tokens}};
   json list = json::array();
   for (int c = 0; c < n; ++c) {
     const Choice& ch = choices[static_cast<size_t>(c)];
@@ -460,6 +507,30 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
   }
   out["choices"] = list;
   r.send(200, "application/json", dump(out));
+}
+
+void Api::sessions(const Request& req, Responder& r) {
+  if (!opt_.sessions) bad("", "this server keeps no sessions", 404);
+  if (req.path == "/v1/sessions") {
+    if (req.method != "GET") bad("", "use GET for /v1/sessions", 405);
+    json data = json::array();
+    for (const auto& s : opt_.sessions->list())
+      data.push_back({{"id", s.id}, {"object", "session"}, {"tokens", s.tokens}, {"engine", s.engine}, {"bytes", s.bytes}});
+    r.send(200, "application/json", dump(json{{"object", "list"}, {"data", data}}));
+    return;
+  }
+  const std::string id = req.path.substr(std::string("/v1/sessions/").size());
+  if (req.method != "DELETE") bad("", "use DELETE for /v1/sessions/ID", 405);
+  if (!SessionStore::valid_id(id)) bad("session", "a session id is 1 to 128 characters from [A-Za-z0-9_-]");
+  switch (opt_.sessions->remove(id)) {
+    case SessionStore::Removed::Ok:
+      r.send(200, "application/json", dump(json{{"id", id}, {"object", "session"}, {"deleted", true}}));
+      return;
+    case SessionStore::Removed::Busy:
+      throw BadRequest{409, "session '" + id + "' is in use by a request", "session", "session_busy"};
+    case SessionStore::Removed::NotFound:
+      bad("session", "no session '" + id + "'", 404);
+  }
 }
 
 void Api::Histogram::add(double seconds) {
@@ -573,6 +644,10 @@ void Api::metrics(Responder& r) {
   counter("larql_http_errors_total", "HTTP requests answered with an error by the routes", errors_.load());
   counter("larql_prompt_tokens_total", "prompt tokens admitted (times n)", s.prompt_tokens.load());
   counter("larql_generated_tokens_total", "tokens generated", s.generated_tokens.load());
+  counter("larql_prefilled_tokens_total", "prompt tokens run through an engine (not taken from a session)",
+          s.prefilled_tokens.load());
+  counter("larql_sessions_resumed_total", "requests that resumed a saved session", s.sessions_resumed.load());
+  counter("larql_sessions_saved_total", "session states saved", s.sessions_saved.load());
   counter("larql_decode_steps_total", "batched decode steps", s.decode_steps.load());
   counter("larql_decode_rows_total", "sequence rows over all decode steps", s.batched_rows.load());
   counter("larql_jobs_done_total", "generation requests finished (cancelled ones included)", s.jobs_done.load());

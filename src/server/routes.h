@@ -13,6 +13,7 @@
 #include "kv/registry.h"
 #include "server/http.h"
 #include "server/scheduler.h"
+#include "server/sessions.h"
 #include "tokenizer/tokenizer.h"
 
 namespace larql::server {
@@ -28,6 +29,7 @@ struct ApiOptions {
   bool console = true;             ///< serve the web console at / and /assets/ (false: `--no-ui`, 404)
   /// LQL over HTTP (server/lql_routes.h): /v1/lql and the browse routes; nullptr: none.
   std::shared_ptr<LqlApi> lql;
+  std::shared_ptr<SessionStore> sessions;  ///< saved sessions ("session" in a request; /v1/sessions)
 };
 
 class Api {
@@ -39,6 +41,7 @@ class Api {
   void completions(const Request& req, Responder& r, bool chat);
   void embeddings(const Request& req, Responder& r);
   void metrics(Responder& r);
+  void sessions(const Request& req, Responder& r);
 
   std::shared_ptr<Forward> runner_;
   Tokenizer tok_;

@@ -92,8 +92,10 @@ struct Scheduler::Seq {
   std::vector<int32_t> history;        ///< prompt + generated (the repetition penalty's window)
   std::unordered_map<int32_t, int> counts;  ///< generated tokens (OpenAI's penalties)
   std::optional<JsonState> json;       ///< the JSON automaton, for json_object requests
+  std::optional<SchemaState> schema;   ///< the schema's automaton, for json_schema requests
   std::vector<float> logits;           ///< [vocab]: the next token's
   size_t prompt_done = 0;              ///< prompt tokens read so far
+  int64_t resumed_from = 0;            ///< prompt tokens taken from a saved session
   int64_t generated = 0;
   int32_t next = -1;                   ///< the token to decode in the next step
   bool finished = false;
@@ -155,9 +157,28 @@ void Scheduler::admit(const std::shared_ptr<Job>& job, std::vector<std::unique_p
       s->engine = make_engine(p.engine, s->fwd);
       s->standard = dynamic_cast<StandardEngine*>(s->engine.get());
       s->history = p.prompt;
+      if (p.session && p.session->resume_from > 0) {
+        // Resume: the saved engine state; a file that no longer loads means starting over.
+        try {
+          s->engine->load_state(p.session->path());
+          if (s->engine->n_past() != p.session->resume_from)
+            throw Error(ErrorKind::InvariantViolation, "session state has another length than recorded");
+          s->prompt_done = static_cast<size_t>(p.session->resume_from);
+          s->resumed_from = p.session->resume_from;
+          ++stats_.sessions_resumed;
+        } catch (const Error&) {
+          s->engine = make_engine(p.engine, s->fwd);
+          s->standard = dynamic_cast<StandardEngine*>(s->engine.get());
+          s->prompt_done = 0;
+        }
+      }
       if (p.json_object) {
         if (!json_vocab_) json_vocab_ = std::make_shared<JsonVocab>(tok_);
         s->json = JsonState{};
+      }
+      if (p.schema) {
+        if (!json_vocab_) json_vocab_ = std::make_shared<JsonVocab>(tok_);
+        s->schema = SchemaState(*p.schema);
       }
       seqs.push_back(std::move(s));
     }
@@ -189,6 +210,17 @@ bool Scheduler::sample_and_emit(Seq& s) {
     ev.finish_reason = reason;
     ev.prompt_tokens = static_cast<int64_t>(p.prompt.size());
     ev.completion_tokens = s.generated;
+    ev.cached_tokens = s.resumed_from;
+    if (p.session) {  // saved before Done is reported, so the next request finds it
+      try {
+        s.engine->session().history = s.history;
+        s.engine->save_state(p.session->path());
+        p.session->saved(s.history, s.engine->n_past());
+        ++stats_.sessions_saved;
+      } catch (const Error&) {
+        // Not saved: the lease releases the id when the job ends; the session keeps its last state.
+      }
+    }
     s.job->push(std::move(ev));
     if (s.job->finished()) ++stats_.jobs_done;
     s.finished = true;
@@ -206,9 +238,15 @@ bool Scheduler::sample_and_emit(Seq& s) {
     for (int64_t i = 0; i < vocab; ++i)
       if (!allowed_[static_cast<size_t>(i)]) s.logits[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
   }
+  if (s.schema) {
+    json_vocab_->mask(*s.schema, eog_, allowed_);
+    for (int64_t i = 0; i < vocab; ++i)
+      if (!allowed_[static_cast<size_t>(i)]) s.logits[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+  }
   const int32_t tok = s.sampler.sample(s.logits.data(), vocab, s.history);
   if (std::find(eog_.begin(), eog_.end(), tok) != eog_.end()) return done("stop");
   if (s.json && !json_vocab_->advance(*s.json, tok)) return done("stop");  // cannot happen: masked
+  if (s.schema && !json_vocab_->advance(*s.schema, tok)) return done("stop");  // cannot happen: masked
   ++s.generated;
   ++s.counts[tok];
   s.history.push_back(tok);
@@ -259,6 +297,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& active) {
       ev.finish_reason = cancelled ? "cancelled" : "timeout";
       ev.prompt_tokens = static_cast<int64_t>(s->job->params().prompt.size());
       ev.completion_tokens = s->generated;
+      ev.cached_tokens = s->resumed_from;
       s->job->push(std::move(ev));
       s->finished = true;
       if (s->job->finished()) {
@@ -274,15 +313,22 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& active) {
     try {
       const auto& prompt = s->job->params().prompt;
       std::vector<float> h;
-      if (!s->standard) {
+      if (!s->standard && s->prompt_done > 0) {  // a resumed session: the new tokens one by one
+        const size_t from = s->prompt_done;
+        for (size_t i = from; i < prompt.size(); ++i) h = s->engine->decode_step(prompt[i]);
+        s->prompt_done = prompt.size();
+        stats_.prefilled_tokens += prompt.size() - from;
+      } else if (!s->standard) {
         h = s->engine->prefill(prompt);
         s->prompt_done = prompt.size();
+        stats_.prefilled_tokens += prompt.size();
       } else {
         const size_t n = std::min(kPrefillChunk, prompt.size() - s->prompt_done);
         std::vector<int32_t> chunk(prompt.begin() + static_cast<std::ptrdiff_t>(s->prompt_done),
                                    prompt.begin() + static_cast<std::ptrdiff_t>(s->prompt_done + n));
         h = s->prompt_done == 0 ? s->standard->prefill(chunk) : s->standard->extend(chunk);
         s->prompt_done += n;
+        stats_.prefilled_tokens += n;
       }
       if (!s->prefilling()) {
         s->logits.resize(static_cast<size_t>(V));

@@ -22,6 +22,7 @@
 #include "inference/sampler.h"
 #include "kv/registry.h"
 #include "server/json_constraint.h"
+#include "server/sessions.h"
 #include "tokenizer/tokenizer.h"
 
 namespace larql {
@@ -42,6 +43,13 @@ struct GenParams {
   int n = 1;                            ///< choices (independent sequences)
   EngineSpec engine;                    ///< the request's KV engine
   bool json_object = false;             ///< constrain the output to one JSON object (json_constraint.h)
+  /// Constrain the output to this schema (json_schema.h); shared by the request's choices and
+  /// used by the scheduler thread only (its mask cache is not locked).
+  std::shared_ptr<const SchemaGrammar> schema;
+  /// A saved session (n == 1 only): resumed when lease->resume_from > 0 (the engine state is loaded
+  /// and only the prompt's tokens from there on are prefilled), saved when the sequence ends with
+  /// "stop" or "length".
+  std::shared_ptr<SessionLease> session;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
@@ -64,6 +72,7 @@ struct Event {
   std::vector<TokenLogprob> top;         ///< Text: the alternatives when requested
   std::string finish_reason;             ///< Done: "stop" | "length" | "cancelled" | "timeout"
   int64_t prompt_tokens = 0, completion_tokens = 0;  ///< Done: usage of this choice
+  int64_t cached_tokens = 0;             ///< Done: prompt tokens not prefilled (a resumed session)
   int http_status = 500;                 ///< Error
   std::string error;                     ///< Error: message
   std::string error_type;                ///< Error: OpenAI's error type
@@ -111,6 +120,8 @@ struct SchedulerOptions {
 /// Counters for /metrics (monotonic unless named as a gauge).
 struct SchedulerStats {
   std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0}, decode_steps{0}, batched_rows{0};
+  std::atomic<uint64_t> prefilled_tokens{0};  ///< prompt tokens run through an engine (not resumed)
+  std::atomic<uint64_t> sessions_resumed{0}, sessions_saved{0};
   std::atomic<uint64_t> jobs_done{0}, jobs_cancelled{0}, jobs_failed{0}, jobs_refused{0};
   std::atomic<int64_t> queue_depth{0}, active_sequences{0};  ///< gauges
   std::atomic<int64_t> last_batch{0};                        ///< gauge: rows in the last step
@@ -143,7 +154,7 @@ class Scheduler {
   Tokenizer tok_;  ///< a copy (it shares the vocabulary): the caller's may go away first
   SchedulerOptions opt_;
   std::vector<int32_t> eog_;
-  std::shared_ptr<const JsonVocab> json_vocab_;  ///< built on the first json_object request
+  std::shared_ptr<const JsonVocab> json_vocab_;  ///< built on the first json_object or json_schema request
   std::vector<uint8_t> allowed_;                 ///< scratch for the JSON mask
   SchedulerStats stats_;
   std::mutex mu_;

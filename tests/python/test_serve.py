@@ -384,8 +384,107 @@ def test_json_object_output_parses(server):
     assert streamed.startswith("{")
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], max_tokens=4,
-                                  response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": {}}})
+                                  response_format={"type": "json_grammar"})
     assert e.value.body["param"] == "response_format"
+
+
+# Three schemas (docs/server.md "JSON output"): every output must parse and validate with the
+# `jsonschema` package; a reply cut by max_tokens is "length" and may be unfinished.
+SCHEMAS = {
+    "pet": {"type": "object", "properties": {
+        "kind": {"type": "string", "enum": ["cat", "dog", "bird"]},
+        "age": {"type": "integer"},
+        "colors": {"type": "array", "items": {"enum": ["black", "white", "orange"]}, "minItems": 1, "maxItems": 3}},
+        "required": ["kind", "age", "colors"], "additionalProperties": False},
+    "answer": {"type": "object", "properties": {
+        "answer": {"anyOf": [{"type": "integer"}, {"type": "null"}, {"type": "string", "enum": ["yes", "no"]}]},
+        "sure": {"type": ["boolean", "null"]}},
+        "required": ["answer", "sure"], "additionalProperties": False},
+    "points": {"$defs": {
+        "color": {"enum": ["red", "green", "blue"]},
+        "point": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"},
+                                                   "color": {"$ref": "#/$defs/color"}},
+                  "required": ["x", "y", "color"], "additionalProperties": False}},
+        "type": "object", "properties": {"points": {"type": "array", "items": {"$ref": "#/$defs/point"},
+                                                    "minItems": 1, "maxItems": 2}},
+        "required": ["points"], "additionalProperties": False},
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_json_schema_output_validates(server, name):
+    jsonschema = pytest.importorskip("jsonschema")
+    c = server.client()
+    schema = SCHEMAS[name]
+    rf = {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+    for seed in range(2):
+        r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": f"Give me a {name} as JSON."}],
+                                      max_tokens=300, seed=seed, response_format=rf)
+        assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
+        value = json.loads(r.choices[0].message.content)
+        jsonschema.validate(value, schema)
+        # Properties come in the schema's order.
+        keys = list(schema["properties"])
+        assert list(value) == [k for k in keys if k in value]
+    # Cut by max_tokens: "length", and an unfinished document is allowed.
+    r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": "JSON"}], max_tokens=3,
+                                  temperature=0, response_format=rf)
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_json_schema_refusals_name_keyword_and_pointer(server):
+    c = server.client()
+    bad_schema = {"type": "object", "properties": {"name": {"type": "string", "pattern": "^[a-z]+$"}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="x", messages=[{"role": "user", "content": "x"}], max_tokens=4,
+                                  response_format={"type": "json_schema",
+                                                   "json_schema": {"name": "n", "schema": bad_schema}})
+    assert e.value.body["param"] == "response_format.json_schema.schema"
+    assert "'pattern' at /properties/name/pattern" in e.value.body["message"]
+    recursive = {"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+                 "$ref": "#/$defs/node"}
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model="x", prompt="x", max_tokens=4, extra_body={"response_format": {
+            "type": "json_schema", "json_schema": {"name": "n", "schema": recursive}}})
+    assert "recursive" in e.value.body["message"]
+
+
+def _get(server, path, method="GET"):
+    req = urllib.request.Request(server.url + path, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as h:
+        return h.code, json.load(h)
+
+
+def test_session_resume_equals_one_shot_and_prefills_less(server):
+    c = server.client()
+    kw = dict(model="x", max_tokens=8, temperature=0)
+    first = c.completions.create(prompt=PROMPT, extra_body={"session": "s-1"}, **kw)
+    assert first.model_extra["session"] == {"id": "s-1", "resumed": False, "cached_tokens": 0}
+    status, listed = _get(server, "/v1/sessions")
+    entry = [s for s in listed["data"] if s["id"] == "s-1"][0]
+    assert status == 200 and entry["engine"] == "standard" and entry["bytes"] > 0
+    assert entry["tokens"] == first.usage.prompt_tokens + first.usage.completion_tokens
+    longer = PROMPT + first.choices[0].text + " The"
+    before = server.metrics()["larql_prefilled_tokens_total"]
+    resumed = c.completions.create(prompt=longer, extra_body={"session": "s-1"}, **kw)
+    prefilled = server.metrics()["larql_prefilled_tokens_total"] - before
+    one_shot = c.completions.create(prompt=longer, **kw)
+    assert resumed.choices[0].text == one_shot.choices[0].text
+    cached = resumed.usage.prompt_tokens_details.cached_tokens
+    assert resumed.model_extra["session"]["resumed"] and cached >= first.usage.prompt_tokens
+    assert prefilled == resumed.usage.prompt_tokens - cached < resumed.usage.prompt_tokens
+    # A prompt that does not extend the saved one starts over.
+    other = c.completions.create(prompt="Once upon a time", extra_body={"session": "s-1"}, **kw)
+    assert other.model_extra["session"]["resumed"] is False
+    assert _get(server, "/v1/sessions/s-1", "DELETE") == (200, {"id": "s-1", "object": "session", "deleted": True})
+    assert _get(server, "/v1/sessions/s-1", "DELETE")[0] == 404
+    for bad_id in ["a b", "x" * 129, ""]:
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(prompt=PROMPT, extra_body={"session": bad_id}, **kw)
+        assert e.value.body["param"] == "session"
 
 
 def test_slow_clients_are_dropped_and_bad_numbers_are_400(larql_bin, model_path):
