@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "compute/ops.h"
 #include "lql/exec_internal.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -117,17 +118,16 @@ Table nearest_entities(Session& s, const std::string& x, std::optional<int64_t> 
   double qn = 0;
   for (float v : *q) qn += static_cast<double>(v) * v;
   qn = std::sqrt(qn);
+  // Cosines in float (SIMD dot products over each dequantised row); -2 marks a zero row.
+  std::vector<float> qf(q->begin(), q->end());
   std::vector<double> cos(static_cast<size_t>(vocab), 0.0);
   s.pool().parallel_for(vocab, [&](int64_t lo, int64_t hi) {
     std::vector<float> row(static_cast<size_t>(hidden));
     for (int64_t t = lo; t < hi; ++t) {
       quant::dequantize_row(e.type, e.row(t), row.data(), hidden);
-      double d = 0, n = 0;
-      for (int64_t i = 0; i < hidden; ++i) {
-        d += static_cast<double>(row[static_cast<size_t>(i)]) * (*q)[static_cast<size_t>(i)];
-        n += static_cast<double>(row[static_cast<size_t>(i)]) * row[static_cast<size_t>(i)];
-      }
-      cos[static_cast<size_t>(t)] = n > 0 && qn > 0 ? d / (std::sqrt(n) * qn) : -2.0;  // -2: a zero row, never listed
+      const double d = compute::dot_f32(row.data(), qf.data(), hidden);
+      const double n = compute::dot_f32(row.data(), row.data(), hidden);
+      cos[static_cast<size_t>(t)] = n > 0 && qn > 0 ? d / (std::sqrt(n) * qn) : -2.0;
     }
   }, 4096);
   // Features whose top token each id is, over the layer (or every layer).
@@ -138,23 +138,28 @@ Table nearest_entities(Session& s, const std::string& x, std::optional<int64_t> 
     for (int64_t f = 0; f < nf; ++f)
       if (auto top = feature_top(s, l, f)) ++writers[top->first];
   }
-  std::vector<int64_t> order(static_cast<size_t>(vocab));
-  for (int64_t t = 0; t < vocab; ++t) order[static_cast<size_t>(t)] = t;
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+  // The candidates, best first (ties to the lower id).
+  std::vector<int64_t> order;
+  for (int64_t t = 0; t < vocab; ++t) {
+    if (cos[static_cast<size_t>(t)] < -1.5 || (layer && !writers.count(t))) continue;
+    if (entity_token(s.token_text(t))) order.push_back(t);
+  }
+  auto better = [&](int64_t a, int64_t b) {
     const double x1 = cos[static_cast<size_t>(a)], x2 = cos[static_cast<size_t>(b)];
     return x1 != x2 ? x1 > x2 : a < b;
-  });
+  };
+  if (k >= 0 && static_cast<size_t>(k) < order.size()) {
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+    order.resize(static_cast<size_t>(k));
+  } else {
+    std::sort(order.begin(), order.end(), better);
+  }
   Table t;
   t.columns = {{"entity"}, {"token_id", Column::Type::Int}, {"cosine", Column::Type::Float, 4},
                {"features", Column::Type::Int}};
   for (int64_t id : order) {
-    if (k >= 0 && static_cast<int64_t>(t.rows.size()) >= k) break;
-    if (cos[static_cast<size_t>(id)] < -1.5) break;
     auto w = writers.find(id);
-    if (layer && w == writers.end()) continue;
-    const std::string text = s.token_text(id);
-    if (!entity_token(text)) continue;
-    t.rows.push_back({text, id, cos[static_cast<size_t>(id)], w == writers.end() ? int64_t{0} : w->second});
+    t.rows.push_back({s.token_text(id), id, cos[static_cast<size_t>(id)], w == writers.end() ? int64_t{0} : w->second});
   }
   return t;
 }
