@@ -1,6 +1,7 @@
 // `larql extract SOURCE -o NAME.vindex` (alias `larql convert gguf-to-vindex`) and
 // `larql verify NAME.vindex`: docs/cli.md, docs/vindex-format.md.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +9,7 @@
 #include "cli/progress.h"
 #include "extract/extract.h"
 #include "util/error.h"
+#include "vindex/edited_slots.h"
 #include "vindex/index.h"
 
 namespace larql::cli {
@@ -33,6 +35,8 @@ void run_extract(const ExtractArgs& a) {
   opt.threads = a.threads;
   opt.force = a.force;
   opt.resume = a.resume;
+  // A vindex compiled from edits: its record of edited slots travels to the output.
+  if (std::filesystem::is_directory(a.source)) opt.edited_slots = vindex::read_edited_slots(a.source);
   std::map<std::string, std::unique_ptr<Progress>> bars;
   opt.progress = [&](const std::string& phase, int64_t done, int64_t total) {
     auto& bar = bars[phase];

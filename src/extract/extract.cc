@@ -445,6 +445,11 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
       write_weights(model, staging, opt.level, opt.quant, opt.dtype, progress);
       record.finish(weight_files(opt.level));
     }
+    // The source vindex's record of edited slots, carried.
+    if (!opt.edited_slots.empty() && !record.has("edits.json")) {
+      write_file_atomic((staging / "edits.json").string(), vindex::serialize_edited_slots(opt.edited_slots), "edits.json");
+      record.finish({"edits.json"});
+    }
     // Checksums of every file (the record's, each taken when its file was finished), then
     // index.json; the record goes before the rename.
     fs::remove(record.path(), ec);

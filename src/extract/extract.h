@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "vindex/edited_slots.h"
 #include "vindex/index.h"
 
 namespace larql::extract {
@@ -31,6 +32,9 @@ struct ExtractOptions {
   /// usable staging directory the extract starts afresh.
   bool resume = false;
   std::string larql_version = "0.1.0";
+  /// The source vindex's edits.json record (vindex/edited_slots.h), written to the output as
+  /// edits.json when not empty, so a vindex compiled from edits keeps its record through extract.
+  std::vector<vindex::EditedSlot> edited_slots;
   /// Called as work advances: phase ("gate vectors", "embeddings", "down_meta", "checksums"),
   /// units done and the phase's total. May be empty.
   std::function<void(const std::string& phase, int64_t done, int64_t total)> progress;

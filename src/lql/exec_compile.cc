@@ -24,6 +24,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/mmap.h"
+#include "vindex/edited_slots.h"
 #include "vindex/sha256.h"
 
 namespace larql::lql::detail {
@@ -113,7 +114,7 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
   fs::remove_all(staging);
   fs::create_directories(staging);
   std::set<std::string> rewritten;
-  int64_t tensors = 0, rows = 0, records = 0;
+  int64_t tensors = 0, rows = 0, records = 0, edited_slots = 0;
   // ffn_weights.bin (and any file holding a replaced tensor): splice the overlay's bytes in at
   // the manifest's offsets.
   if (ed.overlay && !ed.overlay->replaced().empty()) {
@@ -224,6 +225,27 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
     save_patch((staging / "knn_facts.vlp").string(), p);
     rewritten.insert("knn_facts.vlp");
   }
+  // edits.json: the slots every edit baked in so far wrote (the source's record, then this
+  // session's ops in order), so a COMPOSE INSERT on the output never reuses one.
+  {
+    std::vector<vindex::EditedSlot> mine;
+    auto add = [&](const PatchOp& o) {
+      if (o.kind != PatchOp::Kind::Insert && o.kind != PatchOp::Kind::Update && o.kind != PatchOp::Kind::Delete) return;
+      vindex::EditedSlot e{o.layer, o.feature, op_name(o.kind), "", "", ""};
+      if (o.kind == PatchOp::Kind::Insert) e.entity = o.entity, e.relation = o.relation, e.target = o.target;
+      mine = vindex::merge_edited_slots(std::move(mine), {e});
+    };
+    for (const auto& p : ed.applied)
+      for (const auto& o : p.patch.ops) add(o);
+    if (ed.recording)
+      for (const auto& o : ed.recording->patch.ops) add(o);
+    const auto slots = vindex::merge_edited_slots(s.compiled_edits(), mine);
+    if (!slots.empty()) {
+      write_file_atomic((staging / "edits.json").string(), vindex::serialize_edited_slots(slots));
+      rewritten.insert("edits.json");
+      edited_slots = static_cast<int64_t>(slots.size());
+    }
+  }
   // Everything else: hard links.
   for (const auto& e : fs::directory_iterator(src)) {
     const std::string name = e.path().filename().string();
@@ -244,6 +266,7 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
   t.rows.push_back({std::string("gate rows rewritten"), std::to_string(rows)});
   t.rows.push_back({std::string("down_meta records recomputed"), std::to_string(records)});
   t.rows.push_back({std::string("knn facts"), std::to_string(ed.knn.size())});
+  t.rows.push_back({std::string("edited slots recorded"), std::to_string(edited_slots)});
   std::string files;
   for (const auto& n : rewritten) files += (files.empty() ? "" : ", ") + n;
   t.rows.push_back({std::string("files rewritten"), files.empty() ? std::string("(none: a copy)") : files});

@@ -9,8 +9,10 @@
 #include "lql/edits.h"
 #include "lql/exec_internal.h"
 #include "model/model.h"
+#include "model/overlay_source.h"
 #include "model/vindex_source.h"
 #include "quant/quant.h"
+#include "util/clock.h"
 #include "util/error.h"
 
 namespace larql::lql::detail {
@@ -50,12 +52,39 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
                                               ": only vindexes of the same shape compare feature by feature");
 }
 
+// DIFF ... INTO PATCH's file: ends in .vlp, in an existing directory, not inside the vindex in use
+// (as BEGIN PATCH's).
+void check_patch_path(Session& s, const std::string& name, Pos pos) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path = fs::weakly_canonical(fs::absolute(name));
+  if (path.extension() != ".vlp")
+    throw Error(ErrorKind::InvalidArgument, "DIFF ... INTO PATCH at " + pos.str() + ": a patch file's name ends in .vlp, got \"" +
+                                                name + "\"");
+  if (!fs::is_directory(path.parent_path(), ec))
+    throw Error(ErrorKind::NotFound, "DIFF ... INTO PATCH at " + pos.str() + ": no directory " + path.parent_path().string());
+  const auto rel = path.lexically_relative(fs::weakly_canonical(fs::absolute(s.path())));
+  if (!rel.empty() && *rel.begin() != "..")
+    throw Error(ErrorKind::InvalidArgument, "DIFF ... INTO PATCH at " + pos.str() + ": " + name + " is inside the vindex in use");
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
+    throw Error(ErrorKind::InvalidArgument, "DIFF ... INTO PATCH at " + pos.str() + ": " + name + " exists and is not a file");
+}
+
+// The weights a side runs: the session's edited overlay for the session itself, else the vindex's own.
+std::shared_ptr<const WeightSource> side_source(Session& side, Session& s) {
+  if (&side == &s && s.edits().overlay) return s.edits().overlay;
+  return side.base_source("DIFF ... INTO PATCH");
+}
+
+bool same_tensor(const std::optional<SourceTensor>& a, const TensorView& b) {
+  return a && a->type == b.type && a->nbytes == static_cast<size_t>(b.rows) * b.row_bytes &&
+         std::memcmp(a->data, b.data, a->nbytes) == 0;
+}
+
 }  // namespace
 
 Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
-  if (st.relation)
-    not_built("DIFF ... RELATION", pos, "filtering the compared features by relation label");
-  if (st.into_patch) not_built("DIFF ... INTO PATCH", pos, "the patch format (.vlp) comes with the knowledge edits");
+  if (st.into_patch) check_patch_path(s, *st.into_patch, pos);
   if (st.limit && *st.limit < 0)
     throw Error(ErrorKind::InvalidArgument, "LIMIT " + std::to_string(*st.limit) + " at " + pos.str() + " is negative");
 
@@ -90,8 +119,28 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
   } else {
     layers = layers_of(A, std::nullopt, pos);
   }
+  // RELATION: only the features labelled with that relation (A's labels, else B's).
+  const vindex::FeatureLabels* labels = nullptr;
+  if (st.relation) {
+    labels = A.labels() ? A.labels() : B.labels();
+    if (!labels) require_labels(A, "DIFF ... RELATION", pos);
+    bool known = false;
+    std::string names;
+    for (const auto& r : labels->relations) {
+      known |= r.name == *st.relation;
+      names += (names.empty() ? "" : ", ") + r.name;
+    }
+    if (!known)
+      throw Error(ErrorKind::InvalidArgument, "DIFF ... RELATION at " + pos.str() + ": no relation \"" + *st.relation +
+                                                  "\" in the labels (" + names + ")");
+  }
   // The FFN's up rows and down columns are compared when both sides hold model weights.
   const bool weights = A.runs_model() && B.runs_model();
+  if (st.into_patch && !weights)
+    throw Error(ErrorKind::Unsupported, "DIFF ... INTO PATCH at " + pos.str() +
+                                            " needs model weights on both sides (the patch carries gate, up and down "
+                                            "vectors): extract with --level inference");
+  std::vector<PatchOp> ops;
   std::shared_ptr<const Model> ma, mb;
   if (weights) {
     ma = A.model("DIFF");
@@ -123,6 +172,10 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
     }
     std::vector<float> ua, ub;
     for (int64_t f = 0; f < gate_a.rows; ++f) {
+      if (labels) {
+        const auto* lab = labels->find(l, f);
+        if (!lab || lab->relation != *st.relation) continue;
+      }
       std::string changed;
       auto mark = [&](const char* part) { changed += (changed.empty() ? "" : ",") + std::string(part); };
       row_floats(gate_a, f, ga);
@@ -145,6 +198,18 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
       ++compared;
       if (changed.empty()) continue;
       ++total;
+      if (st.into_patch && changed != "top_token") {
+        // B's feature as an update op: its gate and up rows and down column, as floats.
+        PatchOp op;
+        op.kind = PatchOp::Kind::Update;
+        op.layer = l;
+        op.feature = f;
+        row_floats(mb->weights().layers[static_cast<size_t>(l)].w_gate, f, op.gate);
+        op.up = ub;
+        op.down.resize(static_cast<size_t>(down_rows));
+        for (int64_t r = 0; r < down_rows; ++r) op.down[static_cast<size_t>(r)] = down_b[r * nf_down + f];
+        ops.push_back(std::move(op));
+      }
       if (st.limit && static_cast<int64_t>(t.rows.size()) >= *st.limit) continue;
       Cell old_top, new_top;
       if (top_a) old_top = A.token_text(top_a->first);
@@ -157,6 +222,32 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
                     (weights ? "" : "; up / down need model weights on both sides") + ")");
   if (st.limit && total > *st.limit)
     t.notes.push_back("showing " + std::to_string(*st.limit) + " of " + std::to_string(total) + " rows");
+  if (st.relation) t.notes.push_back("compared: the features labelled \"" + *st.relation + "\"");
+  if (st.into_patch) {
+    // Check the patch: A's weights with its ops applied must hold B's FFN tensors byte for byte.
+    auto check = std::make_shared<OverlaySource>(side_source(A, s));
+    for (const auto& op : ops) check->set_ffn_feature(op.layer, op.feature, op.gate.data(), op.up.data(), op.down.data());
+    int64_t differ = 0;
+    for (int64_t l : layers) {
+      const auto& lb = mb->weights().layers[static_cast<size_t>(l)];
+      if (!same_tensor(check->tensor(TensorRole::FfnGate, l), lb.w_gate) ||
+          !same_tensor(check->tensor(TensorRole::FfnUp, l), lb.w_up) ||
+          !same_tensor(check->tensor(TensorRole::FfnDown, l), lb.w_down))
+        ++differ;
+    }
+    Patch p;
+    p.base_model = A.index().model;
+    p.base_fingerprint = A.base_source("DIFF ... INTO PATCH")->fingerprint();
+    p.description = "DIFF " + na + " -> " + nb + (st.relation ? " RELATION " + *st.relation : std::string());
+    p.created_at = utc_timestamp();
+    p.ops = std::move(ops);
+    save_patch(*st.into_patch, p);
+    t.notes.push_back("wrote " + *st.into_patch + ": " + std::to_string(p.ops.size()) + " update op(s)" +
+                      (differ == 0 ? "; APPLY PATCH on " + na + " gives " + nb + "'s FFN tensors byte for byte"
+                                   : "; warning: with it applied, " + std::to_string(differ) +
+                                         " layer(s) of FFN tensors still differ from " + nb +
+                                         "'s (the two store different quantisation scales): the patch is approximate"));
+  }
   return t;
 }
 

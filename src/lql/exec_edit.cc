@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include <functional>
+#include <set>
 #include "lql/edits.h"
 #include "lql/exec_internal.h"
 #include "model/model.h"
@@ -65,15 +66,9 @@ void publish(Session& s) {
 }
 
 void record(Session& s, PatchOp op, std::vector<std::string>* notes) {
-  EditState& e = s.edits();
-  if (!e.recording) {
-    e.recording = NamedPatch{"", Patch{}};
-    e.anonymous = true;
-    notes->push_back("Auto-patch started (SAVE PATCH after BEGIN PATCH \"file.vlp\" keeps it; edits are lost on exit)");
-  }
-  e.apply(s.base_source("an edit"), op);
-  e.recording->patch.ops.push_back(std::move(op));
-  publish(s);
+  std::vector<PatchOp> ops;
+  ops.push_back(std::move(op));
+  record_edits(s, std::move(ops), notes);
 }
 
 // The knowledge band's last layer (13 of Gemma 3 270M's 18): the last layer before the output
@@ -125,11 +120,13 @@ int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float
     quant::dequantize_row(w.w_down.type, w.w_down.row(r), row.data(), ffn);
     for (int64_t f = 0; f < ffn; ++f) d[static_cast<size_t>(f)] += static_cast<double>(row[static_cast<size_t>(f)]) * row[static_cast<size_t>(f)];
   }
-  const auto& touched = s.edits().touched;
+  // Slots the session's edits wrote, and those edits compiled into this vindex wrote (edits.json).
+  std::set<std::pair<int64_t, int64_t>> taken = s.edits().touched;
+  for (const auto& e : s.compiled_edits()) taken.insert({e.layer, e.feature});
   int64_t best = -1;
   double best_v = INFINITY;
   for (int64_t f = 0; f < ffn; ++f) {
-    if (touched.count({layer, f})) continue;
+    if (taken.count({layer, f})) continue;
     const double v = use[static_cast<size_t>(f)] * std::sqrt(d[static_cast<size_t>(f)]);
     if (v < best_v) best_v = v, best = f;
   }
@@ -164,8 +161,8 @@ std::vector<float> down_range(Session& s, int64_t layer, int64_t feature) {
   return out;
 }
 
-// Edits rewrite the model's weights (or read its forward pass): a vindex without them is refused
-// up front, with the statement's position.
+}  // namespace
+
 void need_weights(Session& s, const std::string& what, Pos pos) {
   if (!s.runs_model())
     throw Error(ErrorKind::Unsupported, what + " at " + pos.str() + " needs a vindex with model weights; " + s.path() +
@@ -173,7 +170,26 @@ void need_weights(Session& s, const std::string& what, Pos pos) {
                                             " (larql extract MODEL -o X.vindex --level inference)");
 }
 
-}  // namespace
+void record_edits(Session& s, std::vector<PatchOp> ops, std::vector<std::string>* notes) {
+  if (ops.empty()) return;
+  EditState& e = s.edits();
+  if (!e.recording) {
+    e.recording = NamedPatch{"", Patch{}};
+    e.anonymous = true;
+    notes->push_back("Auto-patch started (SAVE PATCH after BEGIN PATCH \"file.vlp\" keeps it; edits are lost on exit)");
+  }
+  const EditState saved = e;
+  try {
+    for (auto& op : ops) {
+      e.apply(s.base_source("an edit"), op);
+      e.recording->patch.ops.push_back(std::move(op));
+    }
+  } catch (...) {
+    e = saved;  // all of the statement's ops or none
+    throw;
+  }
+  publish(s);
+}
 
 std::string canonical_prompt(const std::string& relation, const std::string& entity) {
   std::string r = relation;
@@ -250,6 +266,10 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
     if (o.kind == PatchOp::Kind::Insert && o.layer == layer && lower(o.entity) != lower(st.entity))
       decoys.push_back(ffn_in(s, canonical_prompt(o.relation, o.entity), layer));
   });
+  // ... nor on the prompts of facts compiled into this vindex (edits.json).
+  for (const auto& e : s.compiled_edits())
+    if (e.op == "insert" && e.layer == layer && !e.entity.empty() && lower(e.entity) != lower(st.entity))
+      decoys.push_back(ffn_in(s, canonical_prompt(e.relation, e.entity), layer));
   // Modified Gram-Schmidt: r = x0 minus its projection on span(decoys).
   std::vector<std::vector<double>> basis;
   // v minus its projection on each basis vector in turn (modified Gram-Schmidt).
@@ -386,85 +406,6 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   if (!top1) t.notes.push_back("the target is not the top prediction of \"" + prompt + "\" after balancing");
   t.rows.push_back({st.entity, st.relation, st.target, target, std::string("compose"), layer, op.feature, p,
                     static_cast<int64_t>(probes), ms});
-  return t;
-}
-
-namespace {
-
-// WHERE layer = L AND feature = F (either order): the one form UPDATE / DELETE take.
-std::pair<int64_t, int64_t> slot_of(const Cond& c, const std::string& what, Pos pos) {
-  std::optional<int64_t> layer, feature;
-  std::function<bool(const Cond&)> walk = [&](const Cond& x) -> bool {
-    if (x.kind == Cond::Kind::And) return walk(*x.lhs) && walk(*x.rhs);
-    if (x.kind != Cond::Kind::Compare || x.op != "=" || x.values.size() != 1 || x.values[0].kind != Value::Kind::Integer)
-      return false;
-    if (x.field == "layer" && !layer) layer = x.values[0].integer;
-    else if (x.field == "feature" && !feature) feature = x.values[0].integer;
-    else return false;
-    return true;
-  };
-  if (!walk(c) || !layer || !feature)
-    not_built(what + " with this WHERE", pos,
-              "it takes WHERE layer = N AND feature = F (filters on entity or relation need relation labels)");
-  return {*layer, *feature};
-}
-
-}  // namespace
-
-Table exec_delete(Session& s, const DeleteStmt& st, Pos pos) {
-  const auto [layer, feature] = slot_of(st.where, "DELETE", pos);
-  need_weights(s, "DELETE", pos);
-  check_layer(s, layer, pos);
-  if (feature < 0 || feature >= s.index().intermediate_size)
-    throw Error(ErrorKind::InvalidArgument, "DELETE at " + pos.str() + ": feature " + std::to_string(feature) +
-                                                " is out of range 0-" + std::to_string(s.index().intermediate_size - 1));
-  Table t;
-  t.statement = "DELETE";
-  PatchOp op;
-  op.kind = PatchOp::Kind::Delete;
-  op.layer = layer;
-  op.feature = feature;
-  s.base_source("DELETE");
-  record(s, op, &t.notes);
-  t.title = "Deleted feature " + std::to_string(feature) + " of layer " + std::to_string(layer) +
-            " (its gate and up rows and down column set to zero)";
-  return t;
-}
-
-Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
-  const auto [layer, feature] = slot_of(st.where, "UPDATE", pos);
-  need_weights(s, "UPDATE", pos);
-  check_layer(s, layer, pos);
-  if (feature < 0 || feature >= s.index().intermediate_size)
-    throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": feature " + std::to_string(feature) + " is out of range");
-  std::optional<std::string> target;
-  for (const auto& a : st.set) {
-    if ((a.field == "target" || a.field == "top_token") && a.value.kind == Value::Kind::String) target = a.value.str;
-    else not_built("UPDATE ... SET " + a.field, a.value.pos, "UPDATE sets target = \"token\" (the down column's direction)");
-  }
-  if (!target) throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": SET target = \"token\" is missing");
-  const int64_t tid = target_token(s, *target, pos);
-  auto base = s.base_source("UPDATE");
-  EditState& ed = s.edits();
-  auto cur = ed.overlay ? ed.overlay : std::make_shared<OverlaySource>(base);
-  std::vector<float> down;
-  cur->ffn_feature(layer, feature, nullptr, nullptr, &down);
-  auto model = s.model("UPDATE");
-  const TensorView& emb = model->weights().token_embd;
-  std::vector<float> dir(down.size());
-  quant::dequantize_row(emb.type, emb.row(tid), dir.data(), static_cast<int64_t>(dir.size()));
-  const double k = norm(down) / std::max(1e-30, norm(dir));
-  PatchOp op;
-  op.kind = PatchOp::Kind::Update;
-  op.layer = layer;
-  op.feature = feature;
-  op.down.resize(dir.size());
-  for (size_t i = 0; i < dir.size(); ++i) op.down[i] = static_cast<float>(k * dir[i]);
-  Table t;
-  t.statement = "UPDATE";
-  record(s, op, &t.notes);
-  t.title = "Updated feature " + std::to_string(feature) + " of layer " + std::to_string(layer) + ": its down column now writes \"" +
-            *target + "\" (same norm)";
   return t;
 }
 

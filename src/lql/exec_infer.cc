@@ -92,8 +92,9 @@ std::vector<std::vector<float>> walk_queries(Session& s, const std::string& prom
 
 }  // namespace
 
-ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions, const std::string& what) {
-  auto model = s.model(what);
+ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions, const std::string& what,
+                       std::shared_ptr<const Model> model) {
+  if (!model) model = s.model(what);
   ForwardRun out;
   out.tokens = s.tokenizer().encode(prompt, true, false);
   if (out.tokens.empty()) throw Error(ErrorKind::InvalidArgument, what + ": the prompt has no tokens");
@@ -119,7 +120,10 @@ ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions
 }
 
 Table exec_walk(Session& s, const WalkStmt& st, Pos pos) {
-  if (st.compare) not_built("WALK ... COMPARE", pos, "there is no second walk mode to compare with");
+  if (st.compare)
+    not_built("WALK ... COMPARE", pos,
+              "INFER ... COMPARE compares the base and edited predictions, and DIFF CURRENT \"base.vindex\" the "
+              "features an edit changed");
   Table t;
   const auto layers = layers_of(s, st.layers, pos);
   const auto qs = walk_queries(s, st.prompt, layers, "WALK", t);
@@ -133,11 +137,9 @@ Table exec_walk(Session& s, const WalkStmt& st, Pos pos) {
 Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
   const std::string what = st.infer ? "EXPLAIN INFER" : "EXPLAIN WALK";
   if (st.relations_only) require_labels(s, what + " ... RELATIONS ONLY", pos);
-  if (st.with_attention)
-    not_built("EXPLAIN INFER ... WITH ATTENTION", pos,
-              "the forward pass reports each layer's residual rows, not its attention weights");
   const auto layers = pick_layers(s, st.layers, st.band, pos);
   const int k = static_cast<int>(st.top.value_or(st.verbose ? 10 : st.infer ? 3 : 5));
+  if (st.with_attention) return explain_attention(s, st, layers, k, pos);
   if (!st.infer) {
     Table t;
     const auto qs = walk_queries(s, st.prompt, layers, what, t);
@@ -163,39 +165,107 @@ Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
   return h;
 }
 
-Table exec_infer(Session& s, const InferStmt& st, Pos pos) {
-  if (st.compare) not_built("INFER ... COMPARE", pos, "there is no walk FFN yet to compare the dense pass with");
-  const ForwardRun run = run_forward(s, st.prompt, false, "INFER");
+namespace {
+
+// One ranked prediction of INFER.
+struct Pred {
+  int64_t id = 0;
+  double prob = 0, logit = 0;
+};
+
+// INFER's ranked top `top` of a run: a KNN fact that matches (with `knn`) first, then the logits'
+// top tokens. Notes about the KNN store go to `notes`.
+std::vector<Pred> predictions(Session& s, const ForwardRun& run, const std::string& prompt, size_t top, bool verify,
+                              bool knn_store, std::vector<std::string>& notes) {
   const auto p = softmax(run.last_logits);
+  std::vector<Pred> out;
+  // The KNN store (INSERT ... MODE KNN): a fact whose key matches puts its target first.
+  std::optional<KnnMatch> knn;
+  if (knn_store) knn = knn_lookup(s, run, prompt, verify);
+  if (knn) {
+    const KnnFact& f = s.edits().knn[knn->fact];
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.3f", knn->cosine);
+    if (knn->refused) {
+      notes.push_back("KNN fact " + f.entity + " -[" + f.relation + "]-> " + f.target + " matched (cosine " + buf +
+                      ") but the prompt does not mention \"" + f.entity + "\": not used (VERIFY OFF uses it)");
+    } else {
+      notes.push_back("KNN store: " + f.entity + " -[" + f.relation + "]-> " + f.target + " (cosine " + buf + ", layer " +
+                      std::to_string(f.layer) + ") answers first");
+      out.push_back({f.target_id, f.confidence, static_cast<double>(run.last_logits[static_cast<size_t>(f.target_id)])});
+    }
+  }
+  for (int64_t id : top_ids(run.last_logits, top + 1)) {
+    if (out.size() >= top) break;
+    if (knn && !knn->refused && id == s.edits().knn[knn->fact].target_id) continue;
+    out.push_back({id, p[static_cast<size_t>(id)], static_cast<double>(run.last_logits[static_cast<size_t>(id)])});
+  }
+  return out;
+}
+
+// INFER ... COMPARE: the base model (the vindex as stored, no KNN store) beside the session's
+// edited one, rank by rank.
+Table infer_compare(Session& s, const InferStmt& st) {
+  const size_t top = static_cast<size_t>(st.top.value_or(5));
+  const EditState& ed = s.edits();
+  const bool edited = ed.op_count() > 0;
+  Table t;
+  t.statement = "INFER";
+  t.columns = {{"rank", Column::Type::Int},         {"base_token"},  {"base_token_id", Column::Type::Int},
+               {"base_prob", Column::Type::Float, 4}, {"edited_token"}, {"edited_token_id", Column::Type::Int},
+               {"edited_prob", Column::Type::Float, 4}};
+  std::vector<std::string> base_notes;
+  const ForwardRun run = run_forward(s, st.prompt, false, "INFER ... COMPARE");
+  const std::vector<Pred> after = predictions(s, run, st.prompt, top, st.verify, true, t.notes);
+  std::vector<Pred> before;
+  if (!edited) {
+    before = after;
+    t.notes.push_back("no edits in this session (no patch applied or recorded): base and edited are the same model, "
+                      "so both sides are the same");
+  } else if (ed.overlay) {
+    const ForwardRun base = run_forward(s, st.prompt, false, "INFER ... COMPARE", s.base_model("INFER ... COMPARE"));
+    before = predictions(s, base, st.prompt, top, st.verify, false, base_notes);
+  } else {
+    before = predictions(s, run, st.prompt, top, st.verify, false, base_notes);  // KNN facts only: same weights
+  }
+  t.title = "Base vs edited predictions for \"" + st.prompt + "\" (" + std::to_string(run.tokens.size()) +
+            " tokens; base = " + s.path() + " as stored, edited = with the session's " + std::to_string(ed.op_count()) +
+            " edit(s))";
+  for (size_t i = 0; i < std::max(before.size(), after.size()); ++i) {
+    std::vector<Cell> row = {static_cast<int64_t>(i + 1)};
+    for (const std::vector<Pred>* side : {static_cast<const std::vector<Pred>*>(&before), &after}) {
+      if (i < side->size()) {
+        const Pred& q = (*side)[i];
+        row.insert(row.end(), {s.token_text(q.id), q.id, q.prob});
+      } else {
+        row.insert(row.end(), {Cell{}, Cell{}, Cell{}});
+      }
+    }
+    t.rows.push_back(std::move(row));
+  }
+  if (edited && !before.empty() && !after.empty()) {
+    if (before[0].id != after[0].id)
+      t.notes.push_back("top-1 changed: " + quoted_token(s, before[0].id) + " -> " + quoted_token(s, after[0].id));
+    else
+      t.notes.push_back("top-1 unchanged: " + quoted_token(s, after[0].id));
+  }
+  return t;
+}
+
+}  // namespace
+
+Table exec_infer(Session& s, const InferStmt& st, Pos pos) {
+  (void)pos;
+  if (st.compare) return infer_compare(s, st);
+  const ForwardRun run = run_forward(s, st.prompt, false, "INFER");
   Table t;
   t.statement = "INFER";
   t.title = "Predictions for \"" + st.prompt + "\" (" + std::to_string(run.tokens.size()) + " tokens, dense forward)";
   t.columns = {{"rank", Column::Type::Int}, {"token"}, {"token_id", Column::Type::Int},
                {"probability", Column::Type::Float, 4}, {"logit", Column::Type::Float, 3}};
   int64_t rank = 1;
-  const size_t top = static_cast<size_t>(st.top.value_or(5));
-  // The KNN store (INSERT ... MODE KNN): a fact whose key matches puts its target first.
-  const auto knn = knn_lookup(s, run, st.prompt, st.verify);
-  if (knn) {
-    const KnnFact& f = s.edits().knn[knn->fact];
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%.3f", knn->cosine);
-    if (knn->refused) {
-      t.notes.push_back("KNN fact " + f.entity + " -[" + f.relation + "]-> " + f.target + " matched (cosine " + buf +
-                        ") but the prompt does not mention \"" + f.entity + "\": not used (VERIFY OFF uses it)");
-    } else {
-      t.notes.push_back("KNN store: " + f.entity + " -[" + f.relation + "]-> " + f.target + " (cosine " + buf + ", layer " +
-                        std::to_string(f.layer) + ") answers first");
-      t.rows.push_back({rank++, s.token_text(f.target_id), f.target_id, f.confidence,
-                        static_cast<double>(run.last_logits[static_cast<size_t>(f.target_id)])});
-    }
-  }
-  for (int64_t id : top_ids(run.last_logits, top + 1)) {
-    if (t.rows.size() >= top) break;
-    if (knn && !knn->refused && id == s.edits().knn[knn->fact].target_id) continue;
-    t.rows.push_back({rank++, s.token_text(id), id, p[static_cast<size_t>(id)],
-                      static_cast<double>(run.last_logits[static_cast<size_t>(id)])});
-  }
+  for (const Pred& q : predictions(s, run, st.prompt, static_cast<size_t>(st.top.value_or(5)), st.verify, true, t.notes))
+    t.rows.push_back({rank++, s.token_text(q.id), q.id, q.prob, q.logit});
   return t;
 }
 

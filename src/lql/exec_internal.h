@@ -2,11 +2,13 @@
 // ORDER BY, LIMIT and field lists share. Not part of the library's interface.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "lql/ast.h"
+#include "lql/patch.h"
 #include "lql/session.h"
 #include "lql/table.h"
 
@@ -63,6 +65,12 @@ Table exec_show_features(Session& s, const ShowStmt& st, Pos pos);
 Table exec_show_entities(Session& s, const ShowStmt& st, Pos pos);
 Table exec_infer(Session& s, const InferStmt& st, Pos pos);
 Table exec_trace(Session& s, const TraceStmt& st, Pos pos);
+/// EXPLAIN INFER ... WITH ATTENTION over `layers`: per layer and query head, the top k positions
+/// the prompt's last token attends to, by softmax weight (ties to the earlier position): rows
+/// layer, head, rank, pos, token, weight. Recomputed from the forward pass's per-layer residuals
+/// with Forward::qkv and the attention formula (scale, soft cap, sliding window). Errors: the
+/// model's; InvalidArgument for RELATIONS ONLY (it filters features).
+Table explain_attention(Session& s, const ExplainStmt& st, const std::vector<int64_t>& layers, int k, Pos pos);
 /// DIFF a b: the features whose gate row, up row, down column (when both sides hold model
 /// weights) or down_meta top token differ. Errors: InvalidArgument for vindexes of different
 /// shapes; Unsupported for RELATION and INTO PATCH (not built yet).
@@ -81,14 +89,36 @@ struct ForwardRun {
   std::vector<float> last_logits;  ///< [vocab] at the last position
 };
 /// Tokenise `prompt` (with BOS) and run the model, keeping the rows of the last position (or of
-/// every position with all_positions). Errors: the model's; InvalidArgument for an empty prompt.
-ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions, const std::string& what);
+/// every position with all_positions). `model`: the one to run (nullptr: the session's, with its
+/// edits). Errors: the model's; InvalidArgument for an empty prompt.
+ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions, const std::string& what,
+                       std::shared_ptr<const Model> model = nullptr);
 
 // Knowledge edits (exec_edit.cc, exec_compile.cc; docs/lql.md "Knowledge edits").
 /// "The {relation, '-' and '_' as blanks} of {entity} is": the prompt a fact is installed on.
 std::string canonical_prompt(const std::string& relation, const std::string& entity);
 /// The first token of " " + target. Errors: InvalidArgument when it has no tokens.
 int64_t target_token(Session& s, const std::string& target, Pos pos);
+/// Edits rewrite the model's weights: Error{Unsupported} "<what> at LINE:COL needs a vindex with
+/// model weights ..." when the vindex has none.
+void need_weights(Session& s, const std::string& what, Pos pos);
+/// Apply `ops` on top of the session's edits and append them to the recording (starting an
+/// anonymous one, with a note, when none runs); the model is rebuilt once, after the last op.
+/// All or nothing: on an error the edits are as they were. Errors: EditState::apply's.
+void record_edits(Session& s, std::vector<PatchOp> ops, std::vector<std::string>* notes);
+/// Every feature of the given layers as SELECT FROM FEATURES's rows: layer, feature, token,
+/// token_id, score (c_score), also [, relation with labels].
+Table feature_rows(Session& s, const std::vector<int64_t>& layers);
+/// The most features one UPDATE or DELETE may change (docs/lql.md "Knowledge edits").
+inline constexpr size_t kMaxEditRows = 256;
+/// The (layer, feature) slots an UPDATE / DELETE WHERE selects, in (layer, feature) order: the
+/// rows of feature_rows over every layer that the WHERE keeps (`layer = N AND feature = F`: that
+/// slot, without reading down_meta). `what` ("UPDATE" / "DELETE") names the statement in errors.
+/// Errors: InvalidArgument for a layer or feature out of range (direct form), an unknown field or
+/// a mistyped value (filter_rows's), more than `cap` matches (naming the count); Unsupported for
+/// `entity` (a feature has none) and for `relation` without labels.
+std::vector<std::pair<int64_t, int64_t>> select_slots(Session& s, const Cond& where, const std::string& what, Pos pos,
+                                                      size_t cap = kMaxEditRows);
 Table exec_insert(Session& s, const InsertStmt& st, Pos pos);
 Table exec_update(Session& s, const UpdateStmt& st, Pos pos);
 Table exec_delete(Session& s, const DeleteStmt& st, Pos pos);

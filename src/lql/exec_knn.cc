@@ -6,7 +6,9 @@
 #include <map>
 #include <set>
 
+#include "compute/ops.h"
 #include "lql/exec_internal.h"
+#include "quant/quant.h"
 #include "util/error.h"
 
 namespace larql::lql::detail {
@@ -52,7 +54,8 @@ bool entity_token(const std::string& t) {
   return !stop_words().count(lower(t));
 }
 
-// Every feature of the given layers as rows: layer, feature, token, token_id, score (c_score), also.
+}  // namespace
+
 Table feature_rows(Session& s, const std::vector<int64_t>& layers) {
   Table t;
   t.columns = {{"layer", Column::Type::Int},  {"feature", Column::Type::Int},         {"token"},
@@ -72,6 +75,8 @@ Table feature_rows(Session& s, const std::vector<int64_t>& layers) {
   add_relation_column(s, t);
   return t;
 }
+
+namespace {
 
 Table entity_rows(Session& s, const std::vector<int64_t>& layers) {
   std::map<std::string, std::pair<int64_t, double>> count;  // text -> (features, max c_score)
@@ -97,6 +102,65 @@ Table entity_rows(Session& s, const std::vector<int64_t>& layers) {
     t.rows.push_back({tok, c.first, c.second, ls});
   }
   order_rows(t, "features", true, Pos{});
+  return t;
+}
+
+// SELECT ... FROM ENTITIES NEAREST TO "x" [AT LAYER n]: the entity-looking vocabulary tokens
+// (entity_token of the displayed text) by the cosine of their embedding row with x's entity
+// query; AT LAYER n keeps the tokens some feature of layer n writes first (down_meta). The top k
+// (all with k < 0). Rows: entity, token_id, cosine, features (of layer n, or of every layer,
+// whose top token it is).
+Table nearest_entities(Session& s, const std::string& x, std::optional<int64_t> layer, int64_t k, Pos pos) {
+  const auto q = s.entity_query(x);
+  if (!q) throw Error(ErrorKind::InvalidArgument, "NEAREST TO \"" + x + "\" at " + pos.str() + ": the text has no tokens");
+  const TensorView e = s.embeddings();
+  const int64_t vocab = e.rows, hidden = e.cols;
+  double qn = 0;
+  for (float v : *q) qn += static_cast<double>(v) * v;
+  qn = std::sqrt(qn);
+  // Cosines in float (SIMD dot products over each dequantised row); -2 marks a zero row.
+  std::vector<float> qf(q->begin(), q->end());
+  std::vector<double> cos(static_cast<size_t>(vocab), 0.0);
+  s.pool().parallel_for(vocab, [&](int64_t lo, int64_t hi) {
+    std::vector<float> row(static_cast<size_t>(hidden));
+    for (int64_t t = lo; t < hi; ++t) {
+      quant::dequantize_row(e.type, e.row(t), row.data(), hidden);
+      const double d = compute::dot_f32(row.data(), qf.data(), hidden);
+      const double n = compute::dot_f32(row.data(), row.data(), hidden);
+      cos[static_cast<size_t>(t)] = n > 0 && qn > 0 ? d / (std::sqrt(n) * qn) : -2.0;
+    }
+  }, 4096);
+  // Features whose top token each id is, over the layer (or every layer).
+  std::map<int64_t, int64_t> writers;
+  const std::vector<int64_t> layers = layer ? std::vector<int64_t>{*layer} : layers_of(s, std::nullopt, pos);
+  for (int64_t l : layers) {
+    const int64_t nf = s.index().layers[static_cast<size_t>(l)].num_features;
+    for (int64_t f = 0; f < nf; ++f)
+      if (auto top = feature_top(s, l, f)) ++writers[top->first];
+  }
+  // The candidates, best first (ties to the lower id).
+  std::vector<int64_t> order;
+  for (int64_t t = 0; t < vocab; ++t) {
+    if (cos[static_cast<size_t>(t)] < -1.5 || (layer && !writers.count(t))) continue;
+    if (entity_token(s.token_text(t))) order.push_back(t);
+  }
+  auto better = [&](int64_t a, int64_t b) {
+    const double x1 = cos[static_cast<size_t>(a)], x2 = cos[static_cast<size_t>(b)];
+    return x1 != x2 ? x1 > x2 : a < b;
+  };
+  if (k >= 0 && static_cast<size_t>(k) < order.size()) {
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+    order.resize(static_cast<size_t>(k));
+  } else {
+    std::sort(order.begin(), order.end(), better);
+  }
+  Table t;
+  t.columns = {{"entity"}, {"token_id", Column::Type::Int}, {"cosine", Column::Type::Float, 4},
+               {"features", Column::Type::Int}};
+  for (int64_t id : order) {
+    auto w = writers.find(id);
+    t.rows.push_back({s.token_text(id), id, cos[static_cast<size_t>(id)], w == writers.end() ? int64_t{0} : w->second});
+  }
   return t;
 }
 
@@ -210,11 +274,13 @@ Table exec_select(Session& s, const SelectStmt& st, Pos pos) {
   Table t;
   const int64_t limit = st.limit.value_or(20);
   if (st.from == SelectStmt::From::Entities) {
-    if (st.nearest)
-      not_built("SELECT ... FROM ENTITIES NEAREST TO", pos,
-                "use SELECT ... FROM EDGES NEAREST TO, whose rows name the tokens (entities among them) the "
-                "nearest features write");
-    t = entity_rows(s, layers_of(s, std::nullopt, pos));
+    if (st.nearest) {
+      if (st.nearest_layer) check_layer(s, *st.nearest_layer, pos);
+      // With a WHERE or ORDER BY every candidate is scored, so the filter sees them all.
+      t = nearest_entities(s, *st.nearest, st.nearest_layer, st.where || st.order_by ? -1 : std::max<int64_t>(limit, 0), pos);
+    } else {
+      t = entity_rows(s, layers_of(s, std::nullopt, pos));
+    }
   } else if (st.nearest) {
     check_layer(s, *st.nearest_layer, pos);
     const auto q = s.entity_query(*st.nearest);
@@ -234,9 +300,10 @@ Table exec_select(Session& s, const SelectStmt& st, Pos pos) {
   const char* from = st.from == SelectStmt::From::Edges      ? "EDGES"
                      : st.from == SelectStmt::From::Features ? "FEATURES"
                                                              : "ENTITIES";
-  t.title = std::string("SELECT FROM ") + from + (st.nearest ? " NEAREST TO \"" + *st.nearest + "\" AT LAYER " +
-                                                                   std::to_string(*st.nearest_layer)
-                                                             : "");
+  t.title = std::string("SELECT FROM ") + from +
+            (st.nearest ? " NEAREST TO \"" + *st.nearest + "\"" +
+                              (st.nearest_layer ? " AT LAYER " + std::to_string(*st.nearest_layer) : std::string())
+                        : "");
   if (st.where) filter_rows(t, *st.where);
   if (st.order_by) order_rows(t, *st.order_by, st.descending, pos);
   limit_rows(t, limit);

@@ -475,9 +475,12 @@ class Parser {
     if (accept_word("NEAREST")) {
       expect_word("TO");
       s.nearest = expect_string("an entity");
-      expect_word("AT");
-      expect_word("LAYER");
-      s.nearest_layer = expect_int("a layer number");
+      // EDGES need the layer whose gates are scanned; ENTITIES take it as a filter.
+      if (s.from != SelectStmt::From::Entities || at_word("AT")) {
+        expect_word("AT");
+        expect_word("LAYER");
+        s.nearest_layer = expect_int("a layer number");
+      }
     }
     if (accept_word("WHERE")) s.where = cond();
     if (accept_word("ORDER")) {

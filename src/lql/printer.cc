@@ -137,7 +137,9 @@ std::string to_lql(const Statement& st) {
           out += b.from == SelectStmt::From::Edges      ? " FROM EDGES"
                  : b.from == SelectStmt::From::Features ? " FROM FEATURES"
                                                         : " FROM ENTITIES";
-          if (b.nearest) out += " NEAREST TO " + quote(*b.nearest) + " AT LAYER " + std::to_string(b.nearest_layer.value_or(0));
+          if (b.nearest)
+            out += " NEAREST TO " + quote(*b.nearest) +
+                   (b.nearest_layer ? " AT LAYER " + std::to_string(*b.nearest_layer) : std::string());
           if (b.where) out += " WHERE " + cond(*b.where);
           if (b.order_by) out += " ORDER BY " + *b.order_by + (b.descending ? " DESC" : " ASC");
           return out + limit(b.limit);

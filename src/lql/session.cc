@@ -24,9 +24,11 @@ struct Session::Open {
   MappedFile gates, embeddings;
   std::optional<vindex::DownMetaFile> down_meta;
   std::optional<vindex::FeatureLabels> labels;
+  std::vector<vindex::EditedSlot> compiled_edits;
   std::shared_ptr<const Tokenizer> tokenizer;
   std::shared_ptr<const Model> model;
   std::shared_ptr<const WeightSource> base;
+  std::shared_ptr<const Model> base_model;  ///< over `base`, never edited
   std::map<int64_t, std::vector<uint8_t>> gate_copies;  ///< layer -> its gate rows with edits
   std::unique_ptr<EditState> edits = std::make_unique<EditState>();
 };
@@ -74,6 +76,11 @@ void Session::use(const std::string& dir) {
   if (ix.checksums.count("down_meta.bin") != 0 || fs::exists(dm)) o->down_meta = vindex::DownMetaFile::open(dm.string());
   if (ix.checksums.count("feature_labels.json") != 0 || fs::exists(fs::path(dir) / "feature_labels.json"))
     o->labels = vindex::read_feature_labels(dir);
+  o->compiled_edits = vindex::read_edited_slots(dir);
+  for (const auto& e : o->compiled_edits)
+    if (e.layer >= ix.num_layers || e.feature >= ix.intermediate_size)
+      throw Error(ErrorKind::Format, dir + "/edits.json: layer " + std::to_string(e.layer) + " feature " +
+                                         std::to_string(e.feature) + " is outside the model");
   // KNN facts a COMPILE baked into this vindex (lql/exec_compile.cc).
   const fs::path knn = fs::path(dir) / "knn_facts.vlp";
   if (fs::exists(knn)) {
@@ -169,6 +176,11 @@ const vindex::DownMetaFile* Session::down_meta() const {
 const vindex::FeatureLabels* Session::labels() const {
   index();
   return open_->labels ? &*open_->labels : nullptr;
+}
+
+const std::vector<vindex::EditedSlot>& Session::compiled_edits() const {
+  index();
+  return open_->compiled_edits;
 }
 
 const Tokenizer& Session::tokenizer() {
@@ -268,6 +280,12 @@ std::shared_ptr<const WeightSource> Session::base_source(const std::string& what
                                             " (larql extract MODEL -o X.vindex --level inference)");
   if (!open_->base) open_->base = VindexSource::open(open_->dir);
   return open_->base;
+}
+
+std::shared_ptr<const Model> Session::base_model(const std::string& what) {
+  auto src = base_source(what);
+  if (!open_->base_model) open_->base_model = Model::load(src);
+  return open_->base_model;
 }
 
 void Session::set_weights(std::shared_ptr<const WeightSource> source,

@@ -18,6 +18,7 @@
 #include "util/mmap.h"
 #include "util/thread_pool.h"
 #include "vindex/down_meta_file.h"
+#include "vindex/edited_slots.h"
 #include "vindex/index.h"
 #include "vindex/labels.h"
 
@@ -92,6 +93,9 @@ class Session {
   const vindex::DownMetaFile* down_meta() const;
   /// feature_labels.json (read at USE; `larql label` writes it); nullptr when the vindex has none.
   const vindex::FeatureLabels* labels() const;
+  /// edits.json (read at USE): the feature slots that edits compiled into this vindex wrote; a
+  /// COMPOSE INSERT never picks one. Empty when the vindex has none.
+  const std::vector<vindex::EditedSlot>& compiled_edits() const;
   /// The tokenizer (tokenizer.json + tokenizer_config.json), read on first use.
   const Tokenizer& tokenizer();
 
@@ -114,6 +118,9 @@ class Session {
 
   /// The vindex's own weights (VindexSource), opened on first use. Errors: as model().
   std::shared_ptr<const WeightSource> base_source(const std::string& what);
+  /// The model on the vindex's own weights, without the session's edits (INFER ... COMPARE's
+  /// base side); loaded on first use, zero-copy over base_source(). Errors: as model().
+  std::shared_ptr<const Model> base_model(const std::string& what);
   /// Run the model on `source` from now on (an OverlaySource carrying edits; nullptr: the base),
   /// and show `gate_rows` ((layer, feature) -> [hidden] floats) in gate() in place of the stored
   /// rows, so gate-KNN scans see edited features. Errors: Model::load's.

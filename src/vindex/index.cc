@@ -9,6 +9,7 @@
 #include "util/error.h"
 #include "util/mmap.h"
 #include "vindex/down_meta_file.h"
+#include "vindex/edited_slots.h"
 #include "vindex/labels.h"
 #include "vindex/sha256.h"
 
@@ -300,6 +301,18 @@ VerifyReport verify(const std::string& dir) {
         }
     } catch (const Error& e) {
       r.problems.push_back(std::string("feature_labels.json: ") + e.what());
+    }
+  }
+  if (listed("edits.json")) {
+    try {
+      for (const auto& e : read_edited_slots(dir))
+        if (e.layer >= x.num_layers || e.feature >= x.intermediate_size) {
+          r.problems.push_back("edits.json: layer " + std::to_string(e.layer) + " feature " + std::to_string(e.feature) +
+                               " is outside the model");
+          break;
+        }
+    } catch (const Error& e) {
+      r.problems.push_back(std::string("edits.json: ") + e.what());
     }
   }
   // The level and the weights flag against the files present.

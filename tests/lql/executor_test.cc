@@ -5,15 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "lql/exec_internal.h"
 #include "lql/parser.h"
-#include "tokenizer/hf_json.h"
+#include "testlib/tiny_vindex.h"
 #include "util/error.h"
-#include "vindex/down_meta_file.h"
 #include "vindex/index.h"
 
 namespace larql::lql {
@@ -21,65 +23,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Token ids of the tiny vocabulary.
-constexpr uint32_t kA = 2, kB = 3, kC = 4, kAB = 5, kABC = 6, kX = 7, kY = 8, kXY = 9;
+using namespace larql::testing::tiny;
 
-void write_floats(const fs::path& p, const std::vector<float>& v) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-}
-
-// Builds the vindex once per process.
-//   embeddings (unscaled, embed_scale 2): abc = e0, xy = e1, ab = e2, every other token 0.
-//   gates, layer 0: f0 = 3 e0, f1 = -5 e0, f2 = e0 + e1, f3 = e3
-//   gates, layer 1: f0 = 2 e1, f1 = 4 e0, f2 = -e0,     f3 = 0.5 e0
-//   down_meta (top-2 per feature, token:logit), layer 0: f0 xy:.875 ab:.0625, f1 ab:.75 c:.0625,
-//   f2 c:.25 x:.0625, f3 y:.625 a:.0625; layer 1: f0 abc:.5 xy:.0625, f1 xy:.9375 b:.0625,
-//   f2 b:.125 a:.0625, f3 x:.375 y:.0625.
-//   layer_bands: syntax [0, 0], knowledge [1, 1] (no output band).
+// The shared hand-made vindex (tests/testlib/tiny_vindex.h), written once per process.
 std::string tiny_vindex() {
   static const std::string dir = [] {
     const fs::path d = fs::temp_directory_path() / ("lql_exec_test_" + std::to_string(::getpid())) / "tiny.vindex";
-    fs::remove_all(d);
-    fs::create_directories(d);
-    VocabData v;
-    v.tokens = {"<unk>", "<bos>", "a", "b", "c", "ab", "abc", "x", "y", "xy"};
-    v.scores = {0, 0, -3, -4, -5, -1, -2, -3, -4, -1};
-    v.types.assign(10, TokenType::Normal);
-    v.types[0] = v.types[1] = TokenType::Control;
-    v.unk_id = 0;
-    v.bos_id = 1;
-    v.add_bos = true;
-    const HfTokenizerFiles hf = to_hf_tokenizer(v);
-    std::ofstream(d / "tokenizer.json") << hf.tokenizer_json;
-    std::ofstream(d / "tokenizer_config.json") << hf.tokenizer_config_json;
-    std::vector<float> emb(10 * 4, 0.0f);
-    emb[kABC * 4 + 0] = 1;
-    emb[kXY * 4 + 1] = 1;
-    emb[kAB * 4 + 2] = 1;
-    write_floats(d / "embeddings.bin", emb);
-    const std::vector<float> gates = {3, 0, 0, 0, -5, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1,  // layer 0
-                                      0, 2, 0, 0, 4, 0, 0, 0, -1, 0, 0, 0, 0.5, 0, 0, 0};
-    write_floats(d / "gate_vectors.bin", gates);
-    vindex::DownMetaWriter dm((d / "down_meta.bin").string(), 2, 2);
-    dm.add_layer(0, 4, {{kXY, .875f}, {kAB, .0625f}, {kAB, .75f}, {kC, .0625f},
-                        {kC, .25f}, {kX, .0625f}, {kY, .625f}, {kA, .0625f}});
-    dm.add_layer(1, 4, {{kABC, .5f}, {kXY, .0625f}, {kXY, .9375f}, {kB, .0625f},
-                        {kB, .125f}, {kA, .0625f}, {kX, .375f}, {kY, .0625f}});
-    dm.commit();
-    vindex::VindexIndex ix;
-    ix.model = "tiny";
-    ix.family = "test";
-    ix.num_layers = 2;
-    ix.hidden_size = 4;
-    ix.intermediate_size = 4;
-    ix.vocab_size = 10;
-    ix.embed_scale = 2.0;
-    ix.dtype = "f32";
-    ix.down_top_k = 2;
-    ix.layers = {{0, 4, 0, 64}, {1, 4, 64, 64}};
-    ix.layer_bands = {{"syntax", {0, 0}}, {"knowledge", {1, 1}}};
-    vindex::write_index(d.string(), ix);
+    testing::write_tiny_vindex(d);
     return d.string();
   }();
   return dir;
@@ -240,21 +190,65 @@ TEST_F(Fixture, EntitiesAreCapitalisedWords) {
   // No token of the tiny vocabulary starts with a capital letter.
   EXPECT_TRUE(run("SELECT * FROM ENTITIES").rows.empty());
   EXPECT_TRUE(run("SHOW ENTITIES AT LAYER 1").rows.empty());
+  // NEAREST TO ranks the entity-looking tokens by cosine: none here (numbers: test_lql.py).
+  const Table n = run("SELECT * FROM ENTITIES NEAREST TO 'abc'");
+  EXPECT_TRUE(n.rows.empty());
+  EXPECT_EQ(n.columns.size(), 4u);
+  EXPECT_EQ(n.columns[2].name, "cosine");
+  EXPECT_TRUE(run("SELECT * FROM ENTITIES NEAREST TO 'abc' AT LAYER 1 WHERE cosine > 0").rows.empty());
+  EXPECT_NE(error_of("SELECT * FROM ENTITIES NEAREST TO 'abc' AT LAYER 2", ErrorKind::InvalidArgument).find("layers 0-1"),
+            std::string::npos);
+}
+
+TEST_F(Fixture, UpdateAndDeleteWhereSelectsFeaturesByHand) {
+  // c_scores and top tokens: L0 f0 xy .875, f1 ab .75, f2 c .25, f3 y .625; L1 f0 abc .5,
+  // f1 xy .9375, f2 b .125, f3 x .375.
+  auto slots = [&](const std::string& where, size_t cap = detail::kMaxEditRows) {
+    const auto st = std::get<DeleteStmt>(parse_one("DELETE FROM EDGES WHERE " + where).stages.at(0).body);
+    return detail::select_slots(session, st.where, "DELETE", Pos{1, 1}, cap);
+  };
+  using V = std::vector<std::pair<int64_t, int64_t>>;
+  // token IN (xy, ab): L0f0, L0f1, L1f1; score > 0.6: L0f0, L0f1, L0f3, L1f1; union minus feature 1.
+  EXPECT_EQ(slots("layer BETWEEN 0 AND 1 AND (token IN ('xy', 'ab') OR score > 0.6) AND NOT feature = 1"),
+            (V{{0, 0}, {0, 3}}));
+  EXPECT_EQ(slots("feature IN (2, 3) AND layer = 1"), (V{{1, 2}, {1, 3}}));
+  EXPECT_EQ(slots("layer = 1 AND feature = 2"), (V{{1, 2}}));  // the direct form
+  EXPECT_EQ(slots("token = 'nothing'"), V{});
+  EXPECT_EQ(slots("score > 0.6", 4).size(), 4u);
+  try {
+    slots("score > 0.6", 3);
+    ADD_FAILURE() << "the cap was not enforced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the WHERE matches 4 features; one statement changes at most 3"), std::string::npos)
+        << e.what();
+  }
+  for (const auto& [where, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"entity = 'a'", "DELETE ... WHERE entity is not built yet (1:25)"},
+           {"layer = 0 AND relation = 'r'", "DELETE ... WHERE relation at 1:39 needs relation labels"},
+           {"colour = 1", "unknown field colour"},
+           {"layer = 5 AND feature = 0", "layer 5 at 1:1 is out of range"},
+           {"layer = 0 AND feature = 4", "feature 4 is out of range 0-3"}}) {
+    try {
+      slots(where);
+      ADD_FAILURE() << where;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << where << ": " << e.what();
+    }
+  }
 }
 
 TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"INSERT INTO EDGES (entity, relation, target) VALUES ('a', 'b', 'c')", "INSERT at 1:1 needs a vindex with model weights"},
-      {"UPDATE EDGES SET target = 'x' WHERE entity = 'a'", "UPDATE with this WHERE is not built yet (1:1)"},
-      {"DELETE FROM EDGES WHERE entity = 'a'", "DELETE with this WHERE is not built yet (1:1)"},
+      {"UPDATE EDGES SET target = 'x' WHERE entity = 'a'", "UPDATE at 1:1 needs a vindex with model weights"},
+      {"DELETE FROM EDGES WHERE token = 'a'", "DELETE at 1:1 needs a vindex with model weights"},
       {"DELETE FROM EDGES WHERE layer = 1 AND feature = 2", "DELETE at 1:1 needs a vindex with model weights"},
       {"APPLY PATCH 'p.vlp'", "APPLY PATCH at 1:1 needs a vindex with model weights"},
-      {"DIFF CURRENT CURRENT RELATION 'capital'", "DIFF ... RELATION is not built yet (1:1)"},
-      {"DIFF CURRENT CURRENT INTO PATCH 'd.vlp'", "DIFF ... INTO PATCH is not built yet"},
+      {"DIFF CURRENT CURRENT RELATION 'capital'", "DIFF ... RELATION at 1:1 needs relation labels"},
+      {"DIFF CURRENT CURRENT INTO PATCH 'd.vlp'", "DIFF ... INTO PATCH at 1:1 needs model weights on both sides"},
       {"WALK 'xy' COMPARE", "WALK ... COMPARE is not built yet"},
-      {"EXPLAIN INFER 'xy' WITH ATTENTION", "WITH ATTENTION is not built yet"},
-      {"INFER 'xy' COMPARE", "INFER ... COMPARE is not built yet"},
-      {"SELECT * FROM ENTITIES NEAREST TO 'a' AT LAYER 0", "FROM ENTITIES NEAREST TO is not built yet"},
+      {"EXPLAIN INFER 'xy' WITH ATTENTION", "EXPLAIN INFER ... WITH ATTENTION needs a vindex with model weights"},
+      {"INFER 'xy' COMPARE", "INFER ... COMPARE needs a vindex with model weights"},
   };
   for (const auto& [src, needle] : cases) EXPECT_NE(error_of(src).find(needle), std::string::npos) << src;
   // A statement in a pipeline is rejected at its own position.
@@ -264,6 +258,8 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
             std::string::npos);
   // A patch file ends in .vlp, in an existing directory, outside the vindex in use.
   EXPECT_NE(error_of("BEGIN PATCH 'notes.txt'", ErrorKind::InvalidArgument).find("ends in .vlp"), std::string::npos);
+  EXPECT_NE(error_of("DIFF CURRENT CURRENT INTO PATCH 'd.txt'", ErrorKind::InvalidArgument).find("DIFF ... INTO PATCH at 1:1: a patch file's name ends in .vlp"),
+            std::string::npos);
   EXPECT_NE(error_of("BEGIN PATCH '/no/such/dir/p.vlp'", ErrorKind::NotFound).find("no directory"), std::string::npos);
   // Recording needs no weights; SHOW PATCHES lists the recording.
   run("BEGIN PATCH 'p.vlp'");

@@ -147,6 +147,9 @@ TEST(ParserTest, ErrorsSayWhatWasExpectedWhere) {
             "the columns are (entity, relation, target); found \"target\" at 1:28");
   EXPECT_EQ(error_of("DESCRIBE \"x\"\n  AT LAYER"), "expected a layer number (a non-negative integer) at 2:11, found end of input");
   EXPECT_EQ(error_of("EXPLAIN WALK \"x\" WITH ATTENTION"), "expected \";\" or end of input at 1:18, found \"WITH\"");
+  // NEAREST TO needs AT LAYER from EDGES (the layer scanned); from ENTITIES it is optional.
+  EXPECT_EQ(error_of("SELECT * FROM EDGES NEAREST TO \"x\" LIMIT 3"), "expected AT at 1:36, found \"LIMIT\"");
+  EXPECT_EQ(error_of("SELECT * FROM ENTITIES NEAREST TO \"x\" AT 3"), "expected LAYER at 1:42, found \"3\"");
   EXPECT_THROW(parse_one("STATS; STATS"), Error);
   // Nesting is bounded (the parser recurses): 256 levels parse, deeper is an error, not a crash.
   EXPECT_NO_THROW(parse_one("SELECT * FROM EDGES WHERE " + std::string(255, '(') + "layer = 1" + std::string(255, ')')));

@@ -8,10 +8,10 @@
 #include <fstream>
 
 #include "lql/executor.h"
+#include "lql/exec_internal.h"
 #include "lql/parser.h"
-#include "tokenizer/hf_json.h"
+#include "testlib/tiny_vindex.h"
 #include "util/error.h"
-#include "vindex/down_meta_file.h"
 #include "vindex/index.h"
 
 namespace larql::lql {
@@ -19,58 +19,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint32_t kA = 2, kB = 3, kC = 4, kAB = 5, kABC = 6, kX = 7, kY = 8, kXY = 9;
+using namespace larql::testing::tiny;
 
-// Gates (layer 0): f0 = 3 e0, f1 = -5 e0, f2 = e0 + e1, f3 = e3; (layer 1): f0 = 2 e1, f1 = 4 e0,
-// f2 = -e0, f3 = 0.5 e0. Top tokens: L0 f0 xy, f1 ab, f2 c, f3 y; L1 f0 abc, f1 xy, f2 b, f3 x.
-// Embeddings (embed_scale 2): abc = e0, xy = e1, ab = e2.
+// The shared tiny vindex (tests/testlib/tiny_vindex.h).
 // Labels: L0 f0 capital-of 0.75 (3 of 4: Aa, Bb), L1 f1 capital-of 0.5 (2 of 4), L1 f3 colour-of
 // 1.0 (2 of 2: Xx); relation "empty-rel" has no feature.
 std::string make_vindex(const std::string& name, bool labels) {
   const fs::path d = fs::temp_directory_path() / ("lql_rel_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  VocabData v;
-  v.tokens = {"<unk>", "<bos>", "a", "b", "c", "ab", "abc", "x", "y", "xy"};
-  v.scores = {0, 0, -3, -4, -5, -1, -2, -3, -4, -1};
-  v.types.assign(10, TokenType::Normal);
-  v.types[0] = v.types[1] = TokenType::Control;
-  v.unk_id = 0;
-  v.bos_id = 1;
-  v.add_bos = true;
-  const HfTokenizerFiles hf = to_hf_tokenizer(v);
-  std::ofstream(d / "tokenizer.json") << hf.tokenizer_json;
-  std::ofstream(d / "tokenizer_config.json") << hf.tokenizer_config_json;
-  auto write_floats = [](const fs::path& p, const std::vector<float>& x) {
-    std::ofstream f(p, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size() * sizeof(float)));
-  };
-  std::vector<float> emb(10 * 4, 0.0f);
-  emb[kABC * 4 + 0] = 1;
-  emb[kXY * 4 + 1] = 1;
-  emb[kAB * 4 + 2] = 1;
-  write_floats(d / "embeddings.bin", emb);
-  write_floats(d / "gate_vectors.bin", {3, 0, 0, 0, -5, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1,  //
-                                        0, 2, 0, 0, 4, 0, 0, 0, -1, 0, 0, 0, 0.5, 0, 0, 0});
-  vindex::DownMetaWriter dm((d / "down_meta.bin").string(), 2, 2);
-  dm.add_layer(0, 4, {{kXY, .875f}, {kAB, .0625f}, {kAB, .75f}, {kC, .0625f},
-                      {kC, .25f}, {kX, .0625f}, {kY, .625f}, {kA, .0625f}});
-  dm.add_layer(1, 4, {{kABC, .5f}, {kXY, .0625f}, {kXY, .9375f}, {kB, .0625f},
-                      {kB, .125f}, {kA, .0625f}, {kX, .375f}, {kY, .0625f}});
-  dm.commit();
-  vindex::VindexIndex ix;
-  ix.model = "tiny";
-  ix.family = "test";
-  ix.num_layers = 2;
-  ix.hidden_size = 4;
-  ix.intermediate_size = 4;
-  ix.vocab_size = 10;
-  ix.embed_scale = 2.0;
-  ix.dtype = "f32";
-  ix.down_top_k = 2;
-  ix.layers = {{0, 4, 0, 64}, {1, 4, 64, 64}};
-  ix.layer_bands = {{"syntax", {0, 0}}, {"knowledge", {1, 1}}};
-  vindex::write_index(d.string(), ix);
+  testing::write_tiny_vindex(d);
   if (labels)
     std::ofstream(d / "feature_labels.json") << R"({
   "version": 1, "model": "tiny", "top_k": 2, "min_fraction": 0.5, "min_margin": 0.3,
@@ -168,6 +124,31 @@ TEST_F(Labelled, RelationColumnAndRelationsOnly) {
   EXPECT_EQ(num(s.rows[1][1]), 1);
   const Table n = run("SELECT relation FROM EDGES NEAREST TO 'abc' AT LAYER 1 LIMIT 1");  // L1 f1 (8)
   EXPECT_EQ(text(n.rows.at(0).at(0)), "capital-of");
+}
+
+TEST_F(Labelled, DiffRelationComparesOnlyThatRelationsFeatures) {
+  // capital-of labels L0 f0 and L1 f1: 2 features compared; colour-of: L1 f3 only.
+  const Table d = run("DIFF CURRENT CURRENT RELATION 'capital-of'");
+  EXPECT_TRUE(d.rows.empty());
+  EXPECT_NE(d.notes.at(0).find("0 of 2 features differ"), std::string::npos) << d.notes.at(0);
+  EXPECT_NE(run("DIFF CURRENT CURRENT RELATION 'colour-of'").notes.at(0).find("0 of 1 features differ"), std::string::npos);
+  EXPECT_NE(run("DIFF CURRENT CURRENT RELATION 'empty-rel'").notes.at(0).find("0 of 0 features differ"), std::string::npos);
+  try {
+    run("DIFF CURRENT CURRENT RELATION 'size-of'");
+    ADD_FAILURE() << "an unknown relation was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no relation \"size-of\" in the labels (capital-of, colour-of, empty-rel)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(Labelled, UpdateWhereRelationSelectsTheLabelledFeatures) {
+  const auto st = std::get<DeleteStmt>(parse_one("DELETE FROM EDGES WHERE relation = 'capital-of' OR feature = 2 AND layer = 0")
+                                           .stages.at(0)
+                                           .body);
+  using V = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(detail::select_slots(session, st.where, "DELETE", Pos{}), (V{{0, 0}, {0, 2}, {1, 1}}));
 }
 
 TEST(Unlabelled, RelationsNeedLarqlLabel) {

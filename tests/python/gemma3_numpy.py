@@ -137,8 +137,10 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(w: dict, ids, chunk_vocab: int = 32768) -> np.ndarray:
-    """Logits [len(ids), vocab] (float32) for the token ids, positions 0..len(ids)-1."""
+def forward(w: dict, ids, chunk_vocab: int = 32768, last_attention: dict | None = None) -> np.ndarray:
+    """Logits [len(ids), vocab] (float32) for the token ids, positions 0..len(ids)-1. With
+    `last_attention` (a dict), also fills it with layer -> [n_heads, len(ids)]: the last
+    position's attention weights per head (0 outside its window)."""
     cfg: Config = w["config"]
     ids = np.asarray(ids, dtype=np.int64)
     T = ids.size
@@ -169,6 +171,8 @@ def forward(w: dict, ids, chunk_vocab: int = 32768) -> np.ndarray:
             s = np.where(mask, s, -np.inf)
             s = np.exp(s - s.max(axis=1, keepdims=True))
             s /= s.sum(axis=1, keepdims=True)
+            if last_attention is not None:
+                last_attention.setdefault(li, np.zeros((nh, T)))[head] = s[-1]
             attn[:, head, :] = s @ v[:, g, :]
         o = attn.reshape(T, nh * hd) @ f64("attn_output.weight").T
         x = x + rmsnorm(o, f64("post_attention_norm.weight"), cfg.eps)

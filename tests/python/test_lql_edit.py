@@ -237,3 +237,82 @@ def test_compile_and_patch_paths_never_replace_what_is_there(larql_bin, inferenc
                         'INSERT INTO EDGES (entity, relation, target) VALUES ("Zed", "capital", "Oslo") ALPHA 0'],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "ALPHA must be in" in r.stderr
+
+
+def test_compiled_slots_survive_a_later_insert_and_infer_compare(compose_run, larql_bin, target_ids):
+    """A vindex compiled from edits records the slots they wrote (edits.json); a COMPOSE INSERT on it
+    picks another slot, so the compiled facts and the new one all answer. INFER ... COMPARE: no
+    edits -> both sides the same and a note; after the INSERT, base = the compiled vindex's own
+    prediction, edited = the new target, and a note that top-1 changed."""
+    r = compose_run
+    slots = json.loads((r["out"] / "edits.json").read_text())["slots"]
+    assert len(slots) == len(FACTS) and all(s["op"] == "insert" for s in slots)
+    assert sorted(s["entity"] for s in slots) == sorted(e for e, _, _ in FACTS)
+    import tokenizers
+    tok = tokenizers.Tokenizer.from_file(str(r["out"] / "tokenizer.json"))
+    new = ("Quillmarsh", "capital", "Vienna")
+    new_id = tok.encode(" " + new[2], add_special_tokens=False).ids[0]
+    canon = [canonical(rel, e) for e, rel, _ in FACTS]
+    p_new = canonical(new[1], new[0])
+    lines = (infer_lines([p_new], 3) + infer_lines([p_new], 3, " COMPARE") +
+             [f'INSERT INTO EDGES (entity, relation, target) VALUES ("{new[0]}", "{new[1]}", "{new[2]}")'] +
+             infer_lines(canon + [p_new]) + infer_lines([p_new], 3, " COMPARE"))
+    docs, _ = run_script(larql_bin, r["out"], lines, r["tmp"], "slots")
+    before, cmp0, ins = docs[0], docs[1], rows(docs[2])[0]
+    after = [top1(d) for d in docs[3:3 + len(FACTS) + 1]]
+    cmp1 = docs[-1]
+    assert (ins["layer"], ins["feature"]) not in {(s["layer"], s["feature"]) for s in slots}, ins
+    answered_before = [got == want for got, want in zip(r["edit_top1"][:len(FACTS)], target_ids)]
+    answered_after = [got == want for got, want in zip(after[:len(FACTS)], target_ids)]
+    print(f"\n[compiled slots] new fact at L{ins['layer']} F{ins['feature']}; compiled facts answered "
+          f"{sum(answered_before)} before, {sum(answered_after)} after; new fact top-1 {after[-1] == new_id}")
+    assert answered_after == answered_before
+    assert after[-1] == new_id
+    # COMPARE without edits: the same predictions on both sides, and a note.
+    b = rows(before)
+    c0 = rows(cmp0)
+    assert [x["base_token_id"] for x in c0] == [x["token_id"] for x in b] == [x["edited_token_id"] for x in c0]
+    assert [x["base_prob"] for x in c0] == [x["probability"] for x in b]
+    assert any("nothing to compare" in n or "same model" in n for n in cmp0["notes"]), cmp0["notes"]
+    c1 = rows(cmp1)
+    assert [x["base_token_id"] for x in c1] == [x["token_id"] for x in b]
+    assert [x["base_prob"] for x in c1] == [x["probability"] for x in b]
+    assert c1[0]["edited_token_id"] == new_id
+    assert any(n.startswith("top-1 changed") for n in cmp1["notes"]), cmp1["notes"]
+
+
+def test_diff_into_patch_reproduces_the_compiled_vindex(compose_run, larql_bin, inference_vindex, tmp_path):
+    """DIFF base compiled INTO PATCH: one update op per edited feature; APPLY PATCH on the base
+    gives the compiled vindex's logits bit for bit."""
+    r = compose_run
+    d = tmp_path / "delta.vlp"
+    docs, _ = run_script(larql_bin, inference_vindex, [f'DIFF CURRENT "{r["out"]}" INTO PATCH "{d}"'], tmp_path, "diff")
+    diff = docs[0]
+    assert len(diff["rows"]) == len(FACTS), diff["rows"]
+    assert any("byte for byte" in n for n in diff["notes"]), diff["notes"]
+    ops = json.loads(d.read_text())["operations"]
+    assert len(ops) == len(FACTS) and all(op["op"] == "update" for op in ops)
+    docs, _ = run_script(larql_bin, inference_vindex, [f'APPLY PATCH "{d}"'] + infer_lines(r["probe"], 10), tmp_path, "apply_diff")
+    assert not any("warning" in n for n in docs[0].get("notes", [])), docs[0]
+    assert [logits(x) for x in docs[1:]] == r["edit_logits"]
+
+
+def test_delete_where_changes_exactly_the_selected_features(larql_bin, inference_vindex, tmp_path):
+    """DELETE with a general WHERE zeroes exactly the features SELECT ... FROM FEATURES returns for
+    that WHERE (DIFF against the vindex on disk, which compares the stored bytes, sees those and no
+    others); a WHERE over too many features is refused naming the count."""
+    # Layers 15 and 16 store ffn_down as Q6_K, where an edit rewrites only its own column (a Q4_K
+    # layer re-quantises the column's 256-feature block: DIFF would list the neighbours too).
+    where = "layer BETWEEN 15 AND 16 AND feature IN (5, 9, 700) AND NOT (layer = 16 AND feature = 9)"
+    lines = [f"SELECT layer, feature FROM FEATURES WHERE {where}", f"DELETE FROM EDGES WHERE {where}",
+             f'DIFF "{inference_vindex}" CURRENT']
+    docs, _ = run_script(larql_bin, inference_vindex, lines, tmp_path, "delete_where")
+    want = [(15, 5), (15, 9), (15, 700), (16, 5), (16, 700)]
+    assert [tuple(x) for x in docs[0]["rows"]] == want
+    assert [(x["layer"], x["feature"]) for x in rows(docs[1])] == want
+    diff = rows(docs[2])
+    assert [(x["layer"], x["feature"]) for x in diff] == want
+    assert all({"gate", "up", "down"} <= set(x["changed"].split(",")) for x in diff), diff
+    docs, _ = run_script(larql_bin, inference_vindex, ["DELETE FROM EDGES WHERE layer BETWEEN 0 AND 17"], tmp_path,
+                         "delete_cap", check=False)
+    assert docs and "matches 36864 features; one statement changes at most 256" in docs[0]["error"], docs

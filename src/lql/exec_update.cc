@@ -1,0 +1,166 @@
+// UPDATE and DELETE on edges (docs/lql.md "Knowledge edits"): the features a WHERE selects, over
+// the columns of SELECT ... FROM FEATURES (layer, feature, token, token_id, score, also, and
+// relation with labels), at most kMaxEditRows per statement; `layer = N AND feature = F` names one
+// slot directly (no down_meta needed).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
+
+#include "lql/edits.h"
+#include "lql/exec_internal.h"
+#include "model/model.h"
+#include "model/overlay_source.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace larql::lql::detail {
+
+namespace {
+
+double norm(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
+// WHERE layer = L AND feature = F (either order): one slot, named directly.
+std::optional<std::pair<int64_t, int64_t>> direct_slot(const Cond& c) {
+  std::optional<int64_t> layer, feature;
+  std::function<bool(const Cond&)> walk = [&](const Cond& x) -> bool {
+    if (x.kind == Cond::Kind::And) return walk(*x.lhs) && walk(*x.rhs);
+    if (x.kind != Cond::Kind::Compare || x.op != "=" || x.values.size() != 1 || x.values[0].kind != Value::Kind::Integer)
+      return false;
+    if (x.field == "layer" && !layer) layer = x.values[0].integer;
+    else if (x.field == "feature" && !feature) feature = x.values[0].integer;
+    else return false;
+    return true;
+  };
+  if (!walk(c) || !layer || !feature) return std::nullopt;
+  return std::make_pair(*layer, *feature);
+}
+
+// The first field of `c` named `name`, or nullptr.
+const Cond* find_field(const Cond& c, const std::string& name) {
+  if (c.kind == Cond::Kind::And || c.kind == Cond::Kind::Or) {
+    if (const Cond* l = find_field(*c.lhs, name)) return l;
+    return find_field(*c.rhs, name);
+  }
+  if (c.kind == Cond::Kind::Not) return find_field(*c.lhs, name);
+  return c.field == name ? &c : nullptr;
+}
+
+std::string slots_text(const std::vector<std::pair<int64_t, int64_t>>& slots) {
+  std::string out;
+  for (size_t i = 0; i < slots.size() && i < 8; ++i)
+    out += (i ? ", " : "") + std::string("L") + std::to_string(slots[i].first) + " F" + std::to_string(slots[i].second);
+  if (slots.size() > 8) out += ", ...";
+  return out;
+}
+
+Table slots_table(const std::string& statement, const std::vector<std::pair<int64_t, int64_t>>& slots) {
+  Table t;
+  t.statement = statement;
+  t.columns = {{"layer", Column::Type::Int}, {"feature", Column::Type::Int}};
+  for (const auto& [l, f] : slots) t.rows.push_back({l, f});
+  return t;
+}
+
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> select_slots(Session& s, const Cond& where, const std::string& what, Pos pos,
+                                                      size_t cap) {
+  if (auto slot = direct_slot(where)) {
+    check_layer(s, slot->first, pos);
+    if (slot->second < 0 || slot->second >= s.index().intermediate_size)
+      throw Error(ErrorKind::InvalidArgument, what + " at " + pos.str() + ": feature " + std::to_string(slot->second) +
+                                                  " is out of range 0-" + std::to_string(s.index().intermediate_size - 1));
+    return {*slot};
+  }
+  if (const Cond* e = find_field(where, "entity"))
+    not_built(what + " ... WHERE entity", e->pos,
+              "a feature has no entity; filter on what it writes (token), layer, feature, score or relation");
+  if (const Cond* r = find_field(where, "relation"); r && !s.labels())
+    require_labels(s, what + " ... WHERE relation", r->pos);
+  Table t = feature_rows(s, layers_of(s, std::nullopt, pos));
+  filter_rows(t, where);
+  if (t.rows.size() > cap)
+    throw Error(ErrorKind::InvalidArgument,
+                what + " at " + pos.str() + ": the WHERE matches " + std::to_string(t.rows.size()) +
+                    " features; one statement changes at most " + std::to_string(cap) +
+                    " (each change copies its layer's FFN tensors and adds its vectors to the patch): narrow the WHERE");
+  const int lc = t.column("layer"), fc = t.column("feature");
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& row : t.rows)
+    out.emplace_back(std::get<int64_t>(row[static_cast<size_t>(lc)]), std::get<int64_t>(row[static_cast<size_t>(fc)]));
+  return out;
+}
+
+Table exec_delete(Session& s, const DeleteStmt& st, Pos pos) {
+  need_weights(s, "DELETE", pos);
+  const auto slots = select_slots(s, st.where, "DELETE", pos);
+  Table t = slots_table("DELETE", slots);
+  std::vector<PatchOp> ops;
+  for (const auto& [layer, feature] : slots) {
+    PatchOp op;
+    op.kind = PatchOp::Kind::Delete;
+    op.layer = layer;
+    op.feature = feature;
+    ops.push_back(std::move(op));
+  }
+  s.base_source("DELETE");
+  record_edits(s, std::move(ops), &t.notes);
+  if (slots.size() == 1)
+    t.title = "Deleted feature " + std::to_string(slots[0].second) + " of layer " + std::to_string(slots[0].first) +
+              " (its gate and up rows and down column set to zero)";
+  else
+    t.title = "Deleted " + std::to_string(slots.size()) + " features (gate and up rows and down columns set to zero)" +
+              (slots.empty() ? "" : ": " + slots_text(slots));
+  if (slots.empty()) t.notes.push_back("no feature matched the WHERE: nothing changed");
+  return t;
+}
+
+Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
+  need_weights(s, "UPDATE", pos);
+  std::optional<std::string> target;
+  for (const auto& a : st.set) {
+    if ((a.field == "target" || a.field == "top_token") && a.value.kind == Value::Kind::String) target = a.value.str;
+    else not_built("UPDATE ... SET " + a.field, a.value.pos, "UPDATE sets target = \"token\" (the down column's direction)");
+  }
+  if (!target) throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": SET target = \"token\" is missing");
+  const auto slots = select_slots(s, st.where, "UPDATE", pos);
+  const int64_t tid = target_token(s, *target, pos);
+  auto base = s.base_source("UPDATE");
+  EditState& ed = s.edits();
+  auto cur = ed.overlay ? ed.overlay : std::make_shared<OverlaySource>(base);
+  auto model = s.model("UPDATE");
+  const TensorView& emb = model->weights().token_embd;
+  std::vector<float> dir(static_cast<size_t>(s.index().hidden_size));
+  quant::dequantize_row(emb.type, emb.row(tid), dir.data(), static_cast<int64_t>(dir.size()));
+  Table t = slots_table("UPDATE", slots);
+  std::vector<PatchOp> ops;
+  std::vector<float> down;
+  for (const auto& [layer, feature] : slots) {
+    // The down column keeps its norm and points along the target's embedding row.
+    cur->ffn_feature(layer, feature, nullptr, nullptr, &down);
+    const double k = norm(down) / std::max(1e-30, norm(dir));
+    PatchOp op;
+    op.kind = PatchOp::Kind::Update;
+    op.layer = layer;
+    op.feature = feature;
+    op.down.resize(dir.size());
+    for (size_t i = 0; i < dir.size(); ++i) op.down[i] = static_cast<float>(k * dir[i]);
+    ops.push_back(std::move(op));
+  }
+  record_edits(s, std::move(ops), &t.notes);
+  if (slots.size() == 1)
+    t.title = "Updated feature " + std::to_string(slots[0].second) + " of layer " + std::to_string(slots[0].first) +
+              ": its down column now writes \"" + *target + "\" (same norm)";
+  else
+    t.title = "Updated " + std::to_string(slots.size()) + " features: their down columns now write \"" + *target +
+              "\" (same norms)" + (slots.empty() ? "" : ": " + slots_text(slots));
+  if (slots.empty()) t.notes.push_back("no feature matched the WHERE: nothing changed");
+  return t;
+}
+
+}  // namespace larql::lql::detail
