@@ -9,20 +9,7 @@ namespace larql::lql {
 
 namespace {
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default: out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string quote(const std::string& s) { return quote_string(s); }
 
 // A float the lexer reads back to the same double: the shortest round-trip digits in fixed
 // notation, always with a '.'; an infinity (strtod's answer to a too-long literal) as a literal
@@ -185,6 +172,21 @@ std::string to_lql(const Pipeline& p) {
   std::string out;
   for (size_t i = 0; i < p.stages.size(); ++i) out += (i ? " |> " : "") + to_lql(p.stages[i]);
   return out;
+}
+
+std::string quote_string(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default: out += c;
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace larql::lql

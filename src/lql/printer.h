@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "lql/ast.h"
 
@@ -15,5 +16,8 @@ namespace larql::lql {
 std::string to_lql(const Statement& st);
 /// Stages joined by " |> ".
 std::string to_lql(const Pipeline& p);
+/// `text` as an LQL string literal: double-quoted, with \\ \" \n \t \r escaped (the lexer
+/// reads it back to `text`; any other byte, UTF-8 included, stands as it is). Never throws.
+std::string quote_string(std::string_view text);
 
 }  // namespace larql::lql

@@ -1,5 +1,7 @@
 #include "server/lql_routes.h"
 
+#include "lql/printer.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <regex>
@@ -9,6 +11,7 @@
 
 #include "lql/executor.h"
 #include "lql/parser.h"
+#include "lql/printer.h"
 #include "lql/script.h"
 #include "lql/table.h"
 #include "util/error.h"
@@ -110,20 +113,7 @@ struct Histogram {
 
 }  // namespace
 
-std::string lql_quote(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default: out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string lql_quote(std::string_view text) { return lql::quote_string(text); }
 
 std::map<std::string, std::string> parse_query(std::string_view q, const std::vector<std::string>& allowed) {
   auto decode = [](std::string_view s) {

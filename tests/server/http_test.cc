@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/http.h"
+#include "testlib/raw_http.h"
 
 namespace larql::server {
 namespace {
@@ -37,30 +38,7 @@ struct Running {
     server->stop();
     thread.join();
   }
-  /// Send raw bytes, read until the peer closes (requests say Connection: close).
-  std::string exchange(const std::string& raw) const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(server->port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    size_t off = 0;
-    while (off < raw.size()) {
-      const ssize_t n = ::send(fd, raw.data() + off, raw.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
-    }
-    std::string out;
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    return out;
-  }
+  std::string exchange(const std::string& raw) const { return testing::raw_exchange(server->port(), raw); }
   std::string get(const std::string& path, const std::string& headers = "") const {
     return exchange("GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + "\r\n");
   }

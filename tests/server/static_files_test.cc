@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "server/http.h"
+#include "testlib/raw_http.h"
 #include "server/static_files.h"
 #include "vindex/sha256.h"
 
@@ -34,24 +35,7 @@ struct Running {
     server->stop();
     thread.join();
   }
-  std::string exchange(const std::string& raw) const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(server->port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    ::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
-    std::string out;
-    char buf[65536];
-    for (;;) {
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    return out;
-  }
+  std::string exchange(const std::string& raw) const { return testing::raw_exchange(server->port(), raw); }
   std::string request(const std::string& method, const std::string& path, const std::string& headers = "") const {
     return exchange(method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n" + headers +
                     "\r\n");
