@@ -14,6 +14,7 @@
 
 #include "lql/exec_internal.h"
 #include "lql/parser.h"
+#include "testlib/paths.h"
 #include "testlib/tiny_vindex.h"
 #include "util/error.h"
 #include "vindex/index.h"
@@ -28,7 +29,7 @@ using namespace larql::testing::tiny;
 // The shared hand-made vindex (tests/testlib/tiny_vindex.h), written once per process.
 std::string tiny_vindex() {
   static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("lql_exec_test_" + std::to_string(::getpid())) / "tiny.vindex";
+    const fs::path d = testing::process_temp_dir("larql-lql-exec-test") / "tiny.vindex";
     testing::write_tiny_vindex(d);
     return d.string();
   }();

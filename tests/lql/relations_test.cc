@@ -10,6 +10,7 @@
 #include "lql/executor.h"
 #include "lql/exec_internal.h"
 #include "lql/parser.h"
+#include "testlib/paths.h"
 #include "testlib/tiny_vindex.h"
 #include "util/error.h"
 #include "vindex/index.h"
@@ -25,7 +26,7 @@ using namespace larql::testing::tiny;
 // Labels: L0 f0 capital-of 0.75 (3 of 4: Aa, Bb), L1 f1 capital-of 0.5 (2 of 4), L1 f3 colour-of
 // 1.0 (2 of 2: Xx); relation "empty-rel" has no feature.
 std::string make_vindex(const std::string& name, bool labels) {
-  const fs::path d = fs::temp_directory_path() / ("lql_rel_test_" + std::to_string(::getpid())) / name;
+  const fs::path d = testing::process_temp_dir("larql-lql-rel-test") / name;
   testing::write_tiny_vindex(d);
   if (labels)
     std::ofstream(d / "feature_labels.json") << R"({

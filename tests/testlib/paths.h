@@ -1,6 +1,8 @@
 // Paths the tests use: the source tree and the real default model.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -18,6 +20,22 @@ inline std::string default_model_path() {
   const char* s = std::getenv("LARQL_MODEL");
   std::string p = s ? s : source_dir() + "/models/gemma-3-270m-q4_k_m.gguf";
   return std::filesystem::exists(p) ? p : "";
+}
+
+/// A directory of this test process's own under the system's temporary directory
+/// (`<tmp>/<tag>-<pid>`), created on first use and removed with everything in it when the process
+/// exits: CTest runs every test in its own process, so files written per process must not outlive it.
+inline const std::filesystem::path& process_temp_dir(const std::string& tag) {
+  struct Dir {
+    std::filesystem::path path;
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static Dir dir{std::filesystem::temp_directory_path() / (tag + "-" + std::to_string(::getpid()))};
+  std::filesystem::create_directories(dir.path);
+  return dir.path;
 }
 
 }  // namespace larql::testing
