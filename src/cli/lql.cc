@@ -273,7 +273,7 @@ void register_lql(CLI::App& app) {
   s->add_flag("--no-history", a->no_history,
               "the REPL reads and writes no history file (default: $XDG_STATE_HOME/larql/lql_history, else "
               "~/.larql_history)");
-  s->add_option("--threads", a->threads, "compute threads (0: one per core)")->check(CLI::Range(0, 1024));
+  s->add_option("-t,--threads", a->threads, "compute threads (0: one per core)")->check(CLI::Range(0, 1024));
   s->add_option("--width", a->width, "text width of tables (default: the terminal's; unlimited on a pipe)")
       ->check(CLI::Range(20, 100000));
   s->callback([a] { run(*a); });
