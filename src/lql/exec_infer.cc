@@ -315,7 +315,8 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
             ": attn / ffn = the change of the target's logit-lens logit across attention / the FFN";
   t.columns = {{"pos", Column::Type::Int},          {"layer", Column::Type::Int},        {"rank", Column::Type::Int},
                {"prob", Column::Type::Float, 4},    {"logit", Column::Type::Float, 3},   {"attn", Column::Type::Float, 3},
-               {"ffn", Column::Type::Float, 3},     {"who"}};
+               {"ffn", Column::Type::Float, 3},     {"who"},
+               {"top_token"},                       {"top_prob", Column::Type::Float, 4}};
   if (st.decompose) {
     t.columns.push_back({"attn_norm", Column::Type::Float, 2});
     t.columns.push_back({"ffn_norm", Column::Type::Float, 2});
@@ -328,6 +329,8 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
     float logit = 0;
     int64_t rank = 1;
     double prob = 0;
+    int64_t top = 0;      ///< the lens's own top-1 token at this row (the logit lens)
+    double top_prob = 0;
   };
   std::vector<Lens> lens(lens_rows.size());
   constexpr size_t kBatch = 32;
@@ -344,10 +347,14 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
       double mx = -INFINITY, sum = 0;
       for (int64_t v = 0; v < vocab; ++v) {
         l.rank += row[v] > l.logit;
-        mx = std::max(mx, static_cast<double>(row[v]));
+        if (static_cast<double>(row[v]) > mx) {
+          mx = row[v];
+          l.top = v;
+        }
       }
       for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
       l.prob = std::exp(static_cast<double>(l.logit) - mx) / sum;
+      l.top_prob = 1.0 / sum;
     }
   }
   auto norm = [](const std::vector<float>& v) {
@@ -367,7 +374,7 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
                       : ffn < -0.5                ? "ffn down"
                                                   : "~";
     std::vector<Cell> row = {picked[i]->pos, picked[i]->layer, out.rank, out.prob, static_cast<double>(out.logit),
-                             attn, ffn, std::string(who)};
+                             attn, ffn, std::string(who), s.token_text(out.top), out.top_prob};
     if (st.decompose) {
       const double an = norm(picked[i]->attn_out), fn = norm(picked[i]->ffn_out);
       row.push_back(an);

@@ -237,6 +237,10 @@ def test_infer_and_trace_equal_llama_cpp(larql_bin, inference_vindex, llama_cpp_
     assert last["layer"] == 17
     assert abs(last["logit"] - logits[paris]) < 0.02 * abs(logits[paris]), (last, logits[paris])
     assert last["rank"] == 1 + int((logits > logits[paris]).sum())
+    # The logit lens's own top-1 at the last layer is the model's prediction: llama.cpp's argmax
+    # (INFER's top-1 is that token id, asserted above; its text is shown the same way).
+    assert last["top_token"] == got[0]["token"] and abs(last["top_prob"] - p[ref[0]]) < 0.02, (last, got[0])
+    assert all(r["top_prob"] >= r["prob"] - 1e-9 for r in rows_as_dicts(trace))
     assert "FFN input" in walk["title"] and len(walk["rows"]) == 18 * 3
 
 

@@ -81,9 +81,13 @@ export function describeOption(doc: LqlDoc): echarts.EChartsCoreOption {
   };
 }
 
-/** TRACE without FOR → the final prediction through the logit lens: probability and rank per layer. */
+/**
+ * TRACE without FOR → the logit lens of the last position: per layer the lens's own top token
+ * (labelled on its bar, with its probability) and the final prediction's probability and rank.
+ */
 export function lensOption(doc: LqlDoc): echarts.EChartsCoreOption {
   const L = col(doc, "layer"), P = col(doc, "prob"), R = col(doc, "rank");
+  const T = col(doc, "top_token"), TP = col(doc, "top_prob");
   return {
     title: { text: doc.title, textStyle: { fontSize: 12 } },
     tooltip: { trigger: "axis" },
@@ -95,8 +99,14 @@ export function lensOption(doc: LqlDoc): echarts.EChartsCoreOption {
       { type: "log", name: "rank", inverse: true, min: 1 },
     ],
     series: [
-      { name: "probability", type: "bar", data: doc.rows.map((r) => r[P] as number) },
-      { name: "rank", type: "line", yAxisIndex: 1, data: doc.rows.map((r) => (r[R] as number) + 1) },
+      {
+        name: "top token (its probability)",
+        type: "bar",
+        data: doc.rows.map((r) => ({ value: r[TP] as number, name: String(r[T]) })),
+        label: { show: true, position: "top", rotate: 60, fontSize: 10, formatter: (p: { name: string }) => JSON.stringify(p.name) },
+      },
+      { name: "final prediction's probability", type: "bar", data: doc.rows.map((r) => r[P] as number) },
+      { name: "final prediction's rank", type: "line", yAxisIndex: 1, data: doc.rows.map((r) => (r[R] as number) + 1) },
     ],
   };
 }
