@@ -182,7 +182,7 @@ std::shared_ptr<const SchemaGrammar> schema_of(const std::string& body_text, con
 }  // namespace
 
 Api::Api(std::shared_ptr<Forward> runner, Tokenizer tok, Scheduler& sched, const HttpServer* http, ApiOptions opt)
-    : runner_(std::move(runner)), tok_(std::move(tok)), sched_(sched), http_(http), opt_(std::move(opt)),
+    : runner_(std::move(runner)), engines_(runner_), tok_(std::move(tok)), sched_(sched), http_(http), opt_(std::move(opt)),
       started_(std::chrono::system_clock::now()) {}
 
 void Api::operator()(const Request& req, Responder& r) {
@@ -202,6 +202,8 @@ void Api::operator()(const Request& req, Responder& r) {
     } else if (req.path == "/v1/embeddings") {
       if (req.method != "POST") bad("", "use POST for /v1/embeddings", 405);
       embeddings(req, r);
+    } else if (req.path == "/v1/engines") {
+      engines_(req, r);
     } else if (req.path == "/v1/sessions" || req.path.rfind("/v1/sessions/", 0) == 0) {
       sessions(req, r);
     } else if (req.path == "/v1/completions" || req.path == "/v1/chat/completions") {

@@ -11,6 +11,7 @@
 
 #include "inference/forward.h"
 #include "kv/registry.h"
+#include "server/engine_routes.h"
 #include "server/http.h"
 #include "server/scheduler.h"
 #include "server/sessions.h"
@@ -44,6 +45,7 @@ class Api {
   void sessions(const Request& req, Responder& r);
 
   std::shared_ptr<Forward> runner_;
+  EnginesApi engines_;  ///< GET /v1/engines (server/engine_routes.h)
   Tokenizer tok_;
   Scheduler& sched_;
   const HttpServer* http_;

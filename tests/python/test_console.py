@@ -65,6 +65,10 @@ def test_chat_streams_tokens_one_by_one(e2e):
     _check(e2e, "chat_streams_tokens_one_by_one")
 
 
+def test_engine_picker_shows_measured_memory(e2e):
+    _check(e2e, "engine_memory_measured")
+
+
 def test_stop_ends_generation_and_frees_the_slot(e2e):
     _check(e2e, "chat_stop_frees_the_slot")
 

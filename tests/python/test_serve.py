@@ -718,3 +718,37 @@ def test_lql_allow_files_and_api_key(larql_bin, inference_vindex, tmp_path):
         assert status == 200 and top_token(body["results"][1]) == "Mu", body
     finally:
         assert s.stop() == 0
+
+
+def test_engines_route_lists_the_registry_and_measures_a_spec(server, larql_bin, model_path):
+    """GET /v1/engines: the registry as `larql engines --json` lists it; ?spec= measures the
+    engine's state on the loaded model. Standard's expected bytes per token come from the model's
+    shape in the GGUF (the `gguf` package): layers x 2 (K and V) x kv_heads x head_dim x 4 B."""
+    gguf = pytest.importorskip("gguf")
+
+    def get(q: str):
+        try:
+            with urllib.request.urlopen(server.url + "/v1/engines" + q, timeout=60) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    status, listing = get("")
+    cli = json.loads(subprocess.run([str(larql_bin), "engines", "--json"], capture_output=True, text=True,
+                                    check=True, timeout=60).stdout)
+    cli_names = [e["name"] for e in (cli["engines"] if isinstance(cli, dict) else cli)]
+    assert status == 200 and [e["id"] for e in listing["data"]] == cli_names
+    r = gguf.GGUFReader(str(model_path))
+    field = lambda k: int(r.fields[k].parts[-1][0])  # noqa: E731
+    layers, kv_heads = field("gemma3.block_count"), field("gemma3.attention.head_count_kv")
+    head_dim = field("gemma3.attention.key_length")
+    status, std = get("?spec=standard&tokens=128")
+    assert status == 200 and std["bytes_per_token"] == layers * 2 * kv_heads * head_dim * 4, std
+    status, tq = get("?spec=tq3&tokens=128")
+    assert status == 200 and tq["id"] == "turbo-quant:bits=3" and tq["bytes_per_token"] < std["bytes_per_token"]
+    status, err = get("?spec=nope")
+    assert status == 400 and err["error"]["param"] == "spec" and "unknown engine" in err["error"]["message"]
+    status, err = get("?spec=standard&tokens=0")
+    assert status == 400 and err["error"]["param"] == "tokens"
+    status, err = get("?tokens=5")
+    assert status == 400 and err["error"]["param"] == "tokens"

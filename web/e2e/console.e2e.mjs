@@ -65,6 +65,25 @@ try {
   await page.waitForSelector("body[data-ready='1']", { timeout: 30000 });
 
   // 1. Streamed tokens appear one by one: the times at which the count of token spans grows.
+  // The engine picker shows what the server measures for the typed spec. Standard keeps f32 K
+  // and V for every layer: 18 layers x 2 x 256 (one K/V head of 256) x 4 B = 36,864 B/token on
+  // Gemma 3 270M (all 512 rows fit every sliding window).
+  await check("engine_memory_measured", async () => {
+    const mem = () => page.textContent("#chat-engine-memory");
+    await page.waitForFunction(() => /B\/token/.test(document.getElementById("chat-engine-memory").textContent), null, { timeout: 30000 });
+    const std = await mem();
+    assert(std.startsWith("36,864 B/token"), `standard: ${std}`);
+    await page.fill("#chat-engine", "tq3");
+    await page.waitForFunction(() => /turbo-quant:bits=3/.test(document.getElementById("chat-engine-memory").textContent), null, { timeout: 30000 });
+    const tq = await mem();
+    assert(parseInt(tq.replace(/,/g, "")) < 36864, `tq3 not smaller: ${tq}`);
+    await page.fill("#chat-engine", "no-such-engine");
+    await page.waitForFunction(() => /unknown engine/.test(document.getElementById("chat-engine-memory").textContent), null, { timeout: 30000 });
+    await page.fill("#chat-engine", "standard");
+    await page.waitForFunction(() => /^36,864 B\/token/.test(document.getElementById("chat-engine-memory").textContent), null, { timeout: 30000 });
+    return { standard: std, tq3: tq };
+  });
+
   await check("chat_streams_tokens_one_by_one", async () => {
     await page.fill("#chat-temperature", "0");
     await page.fill("#chat-max-tokens", "24");

@@ -1,31 +1,38 @@
 // Chat: streamed tokens (each with its probability and alternatives on hover or focus), stop
 // (aborts the fetch: the server frees the slot within one decode step), sampling settings,
 // the KV engine (any spec string) with its memory per token, multi-turn history.
-import { streamChat, type StreamToken } from "./api";
+import { getJson, streamChat, type StreamToken } from "./api";
 import { el, errorBox } from "./table";
 
-/**
- * K/V state per token of context for Gemma 3 270M (18 layers, one 256-wide K/V head), from
- * docs/BENCHMARKS.md and docs/engines.md: f32 K+V = 18 × 2 × 256 × 4 B; turbo-quant's packed
- * codes (4,752 / 3,600 B); markov-rs keeps the residual (640 f32 per layer) besides the K/V it derives.
- */
-export const ENGINE_MEMORY: Record<string, string> = {
-  standard: "36,864 B/token (f32 K/V; sliding layers hold 512 rows)",
-  "turbo-quant:bits=4": "4,752 B/token (+ 576 KiB exact window)",
-  "turbo-quant:bits=3": "3,600 B/token (+ 576 KiB exact window)",
-  "markov-rs": "46,080 B/token residual + derived K/V",
-  "markov-rs-codec": "bf16 cold residual: 23,040 B/token beyond the window",
-  "unlimited-context": "bounded: the sliding spans + two windows",
-  "no-cache": "4 B/token (token ids; re-runs the forward)",
-};
+interface EngineEntry {
+  id: string;
+  aliases: string[];
+  examples: string[];
+}
+interface Footprint {
+  id: string;
+  tokens: number;
+  hot_bytes: number;
+  cold_bytes: number;
+  bytes_per_token: number;
+}
 
-function memoryOf(spec: string): string {
+/** Context length the picker measures an engine at (GET /v1/engines?spec=S&tokens=N). */
+const MEASURE_TOKENS = 512;
+
+/**
+ * What engine `spec` keeps per token on the server's model, measured there by running it over
+ * MEASURE_TOKENS tokens (docs/server.md "Engines"); a bad spec gives the server's message.
+ */
+async function memoryOf(spec: string): Promise<string> {
   const s = spec.trim() || "standard";
-  if (ENGINE_MEMORY[s]) return ENGINE_MEMORY[s];
-  const base = s.split(":")[0];
-  if (base === "tq4" || (base === "turbo-quant" && !s.includes("bits=3"))) return ENGINE_MEMORY["turbo-quant:bits=4"];
-  if (base === "tq3" || base === "turbo-quant") return ENGINE_MEMORY["turbo-quant:bits=3"];
-  return ENGINE_MEMORY[base] ?? "see docs/engines.md";
+  try {
+    const f = await getJson<Footprint>(`/v1/engines?spec=${encodeURIComponent(s)}&tokens=${MEASURE_TOKENS}`);
+    const kib = (f.hot_bytes + f.cold_bytes) / 1024;
+    return `${Math.round(f.bytes_per_token).toLocaleString()} B/token (${f.id}: ${kib.toLocaleString(undefined, { maximumFractionDigits: 0 })} KiB at ${f.tokens} tokens)`;
+  } catch (e) {
+    return e instanceof Error ? e.message : String(e);
+  }
 }
 
 function tokenSpan(t: StreamToken): HTMLElement {
@@ -62,9 +69,25 @@ export function chatPage(): HTMLElement {
   const seed = num("chat-seed", "seed (empty: random)", "", "1");
   const engine = el("input", { id: "chat-engine", list: "engine-list", value: "standard", "aria-label": "engine spec" });
   const list = el("datalist", { id: "engine-list" });
-  for (const k of Object.keys(ENGINE_MEMORY)) list.append(el("option", { value: k }));
-  const mem = el("span", { class: "muted", id: "chat-engine-memory" }, memoryOf("standard"));
-  engine.addEventListener("input", () => (mem.textContent = memoryOf(engine.value)));
+  void getJson<{ data: EngineEntry[] }>("/v1/engines")
+    .then((r) => {
+      for (const e of r.data) for (const v of [e.id, ...e.examples]) list.append(el("option", { value: v }));
+    })
+    .catch(() => undefined);
+  const mem = el("span", { class: "muted", id: "chat-engine-memory", "aria-live": "polite" }, "…");
+  let asked = 0;
+  const refresh = () => {
+    const mine = ++asked;
+    void memoryOf(engine.value).then((text) => {
+      if (mine === asked) mem.textContent = text;  // only the latest spec's answer
+    });
+  };
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  engine.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(refresh, 300);
+  });
+  refresh();
   const settings = el(
     "details",
     { class: "settings", open: "" },
