@@ -30,20 +30,30 @@ int need_column(const Table& t, const std::string& field, Pos pos) {
 }
 
 // SQL LIKE, case-insensitive: % any run, _ one byte.
-bool like(const std::string& s, const std::string& p, size_t i = 0, size_t j = 0) {
-  while (j < p.size()) {
-    if (p[j] == '%') {
-      for (size_t k = i; k <= s.size(); ++k)
-        if (like(s, p, k, j + 1)) return true;
+bool like(const std::string& s, const std::string& p) {
+  // Iterative wildcard match, case-insensitive: on a mismatch, retry from the last '%' one
+  // character further. O(|s| x |p|) at worst; the recursive form was exponential in the number
+  // of '%' ("%%%%%%%%b" took seconds per row).
+  const auto eq = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+  };
+  size_t i = 0, j = 0, star = std::string::npos, mark = 0;
+  while (i < s.size()) {
+    if (j < p.size() && p[j] == '%') {
+      star = j++;
+      mark = i;
+    } else if (j < p.size() && (p[j] == '_' || eq(p[j], s[i]))) {
+      ++i;
+      ++j;
+    } else if (star != std::string::npos) {
+      j = star + 1;
+      i = ++mark;
+    } else {
       return false;
     }
-    if (i >= s.size()) return false;
-    if (p[j] != '_' && std::tolower(static_cast<unsigned char>(p[j])) != std::tolower(static_cast<unsigned char>(s[i])))
-      return false;
-    ++i;
-    ++j;
   }
-  return i == s.size();
+  while (j < p.size() && p[j] == '%') ++j;
+  return j == p.size();
 }
 
 bool is_number(const Column& c) { return c.type == Column::Type::Int || c.type == Column::Type::Float; }

@@ -163,6 +163,13 @@ TEST_F(Fixture, WhereOrderLimitAndFieldLists) {
   EXPECT_EQ(features("SELECT * FROM FEATURES WHERE score BETWEEN 0.5 AND 0.75"), (V{{0, 1}, {0, 3}, {1, 0}}));
   EXPECT_EQ(features("SELECT * FROM FEATURES WHERE token IN ('xy', 'AB') AND NOT layer = 1"), (V{{0, 0}, {0, 1}}));
   EXPECT_EQ(features("SELECT * FROM FEATURES WHERE token LIKE 'a%'"), (V{{0, 1}, {1, 0}}));
+  // SQL's LIKE: runs of % are one %; % matches the empty run; _ exactly one byte.
+  EXPECT_EQ(features("SELECT * FROM FEATURES WHERE token LIKE 'a%%%%%%%%%%%%%%%%%%%%%%%%'"), (V{{0, 1}, {1, 0}}));
+  EXPECT_EQ(features("SELECT * FROM FEATURES WHERE token LIKE '%%%%%%%%%%%%%%%%%%%%b%%%%%%%%%%%%%%%%%%%%'"),
+            features("SELECT * FROM FEATURES WHERE token LIKE '%b%'"));
+  EXPECT_EQ(features("SELECT * FROM FEATURES WHERE token LIKE '%'").size(), 8u);
+  EXPECT_EQ(features("SELECT * FROM FEATURES WHERE token LIKE '%_'").size(), 8u);
+  EXPECT_EQ(features("SELECT * FROM FEATURES WHERE token LIKE '_%_'"), features("SELECT * FROM FEATURES WHERE token NOT LIKE '_'"));
   EXPECT_EQ(features("SELECT * FROM FEATURES WHERE layer = 1 AND score < 0.2 OR token = 'y'"), (V{{0, 3}, {1, 2}}));
   EXPECT_EQ(features("SELECT * FROM FEATURES WHERE token NOT LIKE '_'"), (V{{0, 0}, {0, 1}, {1, 0}, {1, 1}}));
   EXPECT_EQ(features("SELECT * FROM FEATURES WHERE also = 'b'"), (V{{1, 1}}));  // a list field: any element
