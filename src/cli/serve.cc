@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -86,6 +87,8 @@ void serve(ServeArgs& a) {
   // Before the scheduler: its jobs hold leases on the store until they end.
   auto sessions = std::make_shared<server::SessionStore>(a.session_dir, a.session_max,
                                                          static_cast<uint64_t>(a.session_max_mb) << 20);
+  // Set when the SIGTERM drain ends: LQL statements still running stop (503).
+  std::atomic<bool> lql_cancel{false};
   server::SchedulerOptions so;
   so.max_batch = a.max_batch;
   so.max_queue = a.max_queue;
@@ -103,6 +106,12 @@ void serve(ServeArgs& a) {
   ho.max_connections = a.max_connections;
   ho.read_timeout_s = a.read_timeout_s;
   ho.ws_idle_timeout_s = a.ws_idle_s;
+  // When the drain ends: generations still running finish with "cancelled" (their streams get
+  // the final chunk and [DONE]), LQL statements with 503, before the connections are cut.
+  ho.on_drain_end = [&] {
+    lql_cancel = true;
+    sched.stop(/*cancel_running=*/true);
+  };
   ho.drain_timeout_s = a.drain_s;
   ho.tls_cert = a.tls_cert;
   ho.tls_key = a.tls_key;
@@ -134,6 +143,7 @@ void serve(ServeArgs& a) {
   lo.session_ttl_s = a.lql_session_ttl;
   lo.allow_files = a.lql_allow_files;
   lo.pool = l.forward->pool_ptr();
+  lo.cancel = &lql_cancel;
   ao.lql = std::make_shared<server::LqlApi>(lo);
   ao.sessions = sessions;
   std::unique_ptr<server::HttpServer> http;

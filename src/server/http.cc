@@ -391,6 +391,14 @@ void HttpServer::run() {
     cut_expired();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  if (opt_.on_drain_end) {
+    opt_.on_drain_end();
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (connections_.load() > 0 && std::chrono::steady_clock::now() < grace) {
+      cut_expired();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   // The drain is over: cut what is left (a stream still running, an idle kept-alive connection)
   // and wait for every connection thread to end, so none outlives the routes it calls.
   {

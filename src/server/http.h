@@ -35,6 +35,10 @@ struct HttpOptions {
   int read_timeout_s = 30;             ///< a request's headers and body must arrive within this
   int drain_timeout_s = 10;            ///< SIGTERM: how long in-flight requests may finish
   int ws_idle_timeout_s = 300;         ///< a /v1/stream socket with no message for this long is closed
+  /// Called once when the drain wait ends (after SIGTERM's drain_timeout_s, or as soon as nothing
+  /// is open), before the connections still open are cut: cancel running work there so its
+  /// requests can still answer ("cancelled"); they get up to 2 s more.
+  std::function<void()> on_drain_end;
   std::string tls_cert, tls_key;       ///< PEM files; both set: HTTPS only (TLS 1.2+)
   /// Paths that GET / HEAD may fetch without the API key (the web console's static files); unset: none.
   std::function<bool(std::string_view path)> public_path;

@@ -399,6 +399,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       fresh = m.make_session();
     }
     lql::Session& session = lease ? lease->session() : *fresh;
+    session.set_cancel(m.opt.cancel);
     lql::Executor ex(session);
     std::map<std::string, std::string> headers;
     if (lease) headers["X-Session-Id"] = sid;

@@ -33,6 +33,9 @@ struct LqlOptions {
   /// inside this directory (relative ones are taken from it).
   std::string allow_files;
   std::shared_ptr<ThreadPool> pool;  ///< the compute pool (the scheduler's); nullptr: a new one
+  /// Once set, running statements stop with Error{Cancelled} (503) at their next check (every
+  /// layer, every gate scan): `larql serve` sets it when its drain ends. nullptr: never.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 /// `"` + text with \\ \" \n \t \r escaped + `"`: an LQL string literal that lexes back to `text`

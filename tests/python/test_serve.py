@@ -526,7 +526,8 @@ def test_slow_clients_are_dropped_and_bad_numbers_are_400(larql_bin, model_path)
 
 
 def test_sigterm_mid_stream_ends_cleanly(larql_bin, model_path):
-    """A stream still running when the drain ends is cut; every chunk before is well-formed."""
+    """A stream still running when the drain ends is cancelled: it gets its final chunk
+    (finish_reason "cancelled", docs/server.md) and [DONE] before the connection closes."""
     s = Server(larql_bin, model_path, "--drain", "1", "--alias", "the-model")
     out = subprocess.Popen(["curl", "-sS", "-N", s.url + "/v1/completions", "-d",
                             json.dumps({"prompt": "Once upon", "max_tokens": 3000, "stream": True,
@@ -538,6 +539,9 @@ def test_sigterm_mid_stream_ends_cleanly(larql_bin, model_path):
     assert s.proc.wait(timeout=30) == 0
     chunks = [json.loads(l[6:]) for l in text.splitlines() if l.startswith("data: {")]
     assert chunks and all(ch["model"] == "the-model" for ch in chunks)
+    finishes = [c["finish_reason"] for ch in chunks for c in ch.get("choices") or [] if c.get("finish_reason")]
+    assert finishes == ["cancelled"], finishes
+    assert text.rstrip().endswith("data: [DONE]")
 
 
 # --- LQL over HTTP (docs/server.md "LQL over HTTP") ---------------------------------------------
