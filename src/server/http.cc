@@ -179,6 +179,12 @@ std::string websocket_key(const std::string& protocols) {
   return "";
 }
 
+/// The "id" of a /v1/stream message, or null when it has none (or is not JSON).
+nlohmann::json ws_message_id(const std::string& text) {
+  const auto m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return m.is_object() && m.contains("id") ? m["id"] : nlohmann::json(nullptr);
+}
+
 /// A call's answer on the /v1/stream socket: the Responder the routes write to, turned into
 /// WebSocket frames tagged with the call's id (server/websocket.h). wait() also reads the socket:
 /// a cancel for this call ends it (the route sees "client gone"), other calls queue.
@@ -217,16 +223,28 @@ class WsResponder : public Responder {
       gone_ = true;
       return false;
     }
+    nlohmann::json id = nullptr;
     try {
       const WsCall c = parse_ws_call(text, Request{});
+      id = c.id;
       if (c.cancel && c.id == id_) {
         cancelled_ = true;
         return false;
       }
+      if (c.cancel) {  // a call still waiting: drop it, and say it is done
+        for (auto it = pending_.begin(); it != pending_.end(); ++it)
+          if (ws_message_id(*it) == c.id) {
+            pending_.erase(it);
+            write(ws_event_frame(c.id, "[DONE]"));
+            break;
+          }
+        return true;
+      }
     } catch (const std::exception&) {
+      id = ws_message_id(text);  // a bad message: answered in turn, with its id if it has one
     }
     if (pending_.size() >= 16) {
-      write(ws_result_frame(nullptr, 429, "application/json",
+      write(ws_result_frame(id, 429, "application/json",
                             error_json("more than 16 calls wait on this socket; wait for answers", "rate_limit_error")));
     } else {
       pending_.push_back(std::move(text));
@@ -629,10 +647,8 @@ void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, c
     try {
       call = parse_ws_call(text, req);
     } catch (const std::exception& e) {
-      nlohmann::json id = nullptr;
-      const auto m = nlohmann::json::parse(text, nullptr, false);
-      if (m.is_object() && m.contains("id")) id = m["id"];
-      if (!reply(ws_result_frame(id, 400, "application/json", error_json(e.what(), "invalid_request_error"))))
+      if (!reply(ws_result_frame(ws_message_id(text), 400, "application/json",
+                                 error_json(e.what(), "invalid_request_error"))))
         break;
       continue;
     }

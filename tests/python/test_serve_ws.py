@@ -118,3 +118,24 @@ def test_bad_messages_and_auth(srv):
     assert e.value.status_code == 404
     with urllib.request.urlopen(srv.url + "/health", timeout=10) as r:
         assert r.status == 200
+
+
+def test_queued_calls_cancel_and_overflow_keep_their_ids(srv):
+    ws = connect(srv, header=[f"Authorization: Bearer {KEY}"])
+    ws.send(json.dumps({"id": "a", "type": "generate", "prompt": PROMPT, "max_tokens": 200, "temperature": 1}))
+    while json.loads(ws.recv())["type"] != "chunk":  # "a" is running
+        pass
+    ws.send(json.dumps({"id": "b", "type": "generate", "prompt": PROMPT, "max_tokens": 200, "temperature": 1}))
+    ws.send(json.dumps({"id": "b", "type": "cancel"}))  # "b" waits behind "a": dropped before it runs
+    for i in range(20):  # 16 may wait; the other 4 are refused, each with its own id
+        ws.send(json.dumps({"id": f"q{i}", "type": "http", "method": "GET", "path": "/health"}))
+    ws.send(json.dumps({"id": "a", "type": "cancel"}))
+    seen: dict = {}
+    while len([k for k in seen if k.startswith("q")]) < 20 or "a" not in seen or "b" not in seen:
+        f = json.loads(ws.recv())
+        seen.setdefault(f["id"], []).append(f)
+    assert [f["type"] for f in seen["b"]] == ["done"]  # no chunk: it never ran
+    assert seen["a"][-1]["type"] == "done"
+    refused = sorted(k for k, fs in seen.items() if k.startswith("q") and fs[0]["status"] == 429)
+    assert len(refused) == 4 and None not in seen, (refused, list(seen))
+    ws.close()
