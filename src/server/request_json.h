@@ -12,8 +12,9 @@ namespace larql::server {
 /// ("[[[[...") from costing a recursive walk of 10,000 levels anywhere downstream.
 inline constexpr int kMaxJsonDepth = 64;
 
-/// Parses `body` (RFC 8259 JSON, UTF-8). Throws larql::Error{InvalidArgument} naming the
-/// position when the text is not JSON, and when arrays/objects nest deeper than `max_depth`.
+/// Parses `body` (RFC 8259 JSON, UTF-8) in time linear in its length. Throws
+/// larql::Error{InvalidArgument} naming the position when the text is not JSON, and when
+/// arrays/objects nest deeper than `max_depth`.
 /// Invalid UTF-8 inside strings is a parse error (nlohmann-json checks it).
 nlohmann::json parse_request_json(std::string_view body, int max_depth = kMaxJsonDepth);
 

@@ -1,6 +1,7 @@
 #include "server/routes.h"
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -168,6 +169,23 @@ std::shared_ptr<const SchemaGrammar> schema_of(const std::string& body_text, con
     bad("response_format.json_schema.strict", "'json_schema.strict' must be true or false");
   if (!js.contains("schema") || !js["schema"].is_object())
     bad("response_format.json_schema.schema", "'json_schema.schema' must be a JSON Schema object");
+  // Bounded before the schema is read again in document order (ordered_json's objects look keys
+  // up linearly, so a schema of 50,000 properties cost tens of seconds) and compiled: OpenAI's own
+  // structured outputs allow at most 5,000 object properties in a schema.
+  size_t values = 0, properties = 0;
+  const std::function<void(const json&)> count = [&](const json& v) {
+    ++values;
+    if (v.is_object() && v.contains("properties") && v["properties"].is_object()) properties += v["properties"].size();
+    if (v.is_structured())
+      for (const auto& c : v) count(c);
+  };
+  count(js["schema"]);
+  if (properties > 5000)
+    bad("response_format.json_schema.schema", "the schema has " + std::to_string(properties) +
+                                                  " object properties; at most 5,000 are supported");
+  if (values > 100000)
+    bad("response_format.json_schema.schema",
+        "the schema holds " + std::to_string(values) + " JSON values; at most 100,000 are supported");
   const auto ordered = nlohmann::ordered_json::parse(body_text);
   const std::string text = ordered["response_format"]["json_schema"]["schema"].dump();
   try {
