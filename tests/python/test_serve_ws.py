@@ -122,14 +122,21 @@ def test_bad_messages_and_auth(srv):
 
 def test_queued_calls_cancel_and_overflow_keep_their_ids(srv):
     ws = connect(srv, header=[f"Authorization: Bearer {KEY}"])
-    ws.send(json.dumps({"id": "a", "type": "generate", "prompt": PROMPT, "max_tokens": 200, "temperature": 1}))
+    # "a" runs long (greedy counting does not stop early) until it is cancelled at the end.
+    ws.send(json.dumps({"id": "a", "type": "generate", "prompt": "Count from 1 to 1000: 1, 2, 3, 4, 5,",
+                        "max_tokens": 3000, "temperature": 0}))
     while json.loads(ws.recv())["type"] != "chunk":  # "a" is running
         pass
-    ws.send(json.dumps({"id": "b", "type": "generate", "prompt": PROMPT, "max_tokens": 200, "temperature": 1}))
-    ws.send(json.dumps({"id": "b", "type": "cancel"}))  # "b" waits behind "a": dropped before it runs
+    # Messages spaced so each arrives on its own (docs/server.md: messages that arrive together
+    # with an earlier one wait unseen until the running call ends — a known limit).
+    def send(m):
+        ws.send(json.dumps(m))
+        time.sleep(0.15)
+    send({"id": "b", "type": "generate", "prompt": PROMPT, "max_tokens": 200, "temperature": 1})
+    send({"id": "b", "type": "cancel"})  # "b" waits behind "a": dropped before it runs
     for i in range(20):  # 16 may wait; the other 4 are refused, each with its own id
-        ws.send(json.dumps({"id": f"q{i}", "type": "http", "method": "GET", "path": "/health"}))
-    ws.send(json.dumps({"id": "a", "type": "cancel"}))
+        send({"id": f"q{i}", "type": "http", "method": "GET", "path": "/health"})
+    send({"id": "a", "type": "cancel"})
     seen: dict = {}
     while len([k for k in seen if k.startswith("q")]) < 20 or "a" not in seen or "b" not in seen:
         f = json.loads(ws.recv())
