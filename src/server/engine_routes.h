@@ -1,4 +1,4 @@
-// `GET /v1/engines` of `larql serve` (docs/server.md "Engines"): the KV engines this build has,
+// `GET /v1/engines` of `larql serve` (docs/server.md "Routes"): the KV engines this build has,
 // and — with `?spec=S` — what engine S keeps per token of context on the loaded model, measured
 // by running it: the console's engine picker shows it beside the spec a user types.
 #pragma once
