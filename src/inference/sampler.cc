@@ -78,38 +78,103 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
     x = penalised_.data();
   }
   if (p_.temperature <= 0.0f) return static_cast<int32_t>(compute::argmax(x, vocab));
-  // Largest first, ties by lower id (a total order: the same candidates in the same order on
-  // every platform); top_k = 0 or >= vocab sorts them all.
-  compute::top_k(x, vocab, p_.top_k > 0 ? p_.top_k : vocab, cand_);
+  double mass = 0;  // the temperature-1 mass the top-p filter divides by (0: sum the candidates)
+  if (p_.top_k > 0 && p_.top_k < vocab) {
+    // Largest first, ties by lower id (a total order: the same candidates in the same order on
+    // every platform).
+    compute::top_k(x, vocab, p_.top_k, cand_);
+  } else {
+    mass = candidates_without_top_k(x, vocab);
+  }
   size_t n = cand_.size();
-  // Probabilities at temperature 1 for the top-p / min-p filters (as llama.cpp does).
-  std::vector<double> prob(n);
-  const double mx = cand_[0].value;
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].value) - mx);
-  if (p_.top_p < 1.0f) {
-    double cum = 0;
-    size_t keep = n;
-    for (size_t i = 0; i < n; ++i) {
-      cum += prob[i] / sum;
-      if (cum >= p_.top_p) {
-        keep = i + 1;
+  double mx = cand_[0].value;
+  for (size_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(cand_[i].value));
+  // Probabilities at temperature 1 for the top-p / min-p filters (as llama.cpp does); the
+  // candidates are sorted, best first, whenever one of the filters is on.
+  if (p_.top_p < 1.0f || p_.min_p > 0.0f) {
+    prob_.resize(n);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += prob_[i] = std::exp(static_cast<double>(cand_[i].value) - mx);
+    if (mass > 0) sum = mass;
+    if (p_.top_p < 1.0f) {
+      double cum = 0;
+      size_t keep = n;
+      for (size_t i = 0; i < n; ++i) {
+        cum += prob_[i] / sum;
+        if (cum >= p_.top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+      n = std::max<size_t>(1, keep);
+    }
+    if (p_.min_p > 0.0f) {
+      const double floor = p_.min_p * prob_[0];
+      size_t keep = 1;
+      while (keep < n && prob_[keep] >= floor) ++keep;
+      n = keep;
+    }
+  }
+  weight_.resize(n);
+  for (size_t i = 0; i < n; ++i) weight_[i] = std::exp((static_cast<double>(cand_[i].value) - mx) / p_.temperature);
+  std::discrete_distribution<size_t> dist(weight_.begin(), weight_.begin() + static_cast<std::ptrdiff_t>(n));
+  return cand_[dist(rng_)].index;
+}
+
+double Sampler::candidates_without_top_k(const float* x, int64_t vocab) {
+  // No top-k: sorting the whole vocabulary (262,144 entries for Gemma 3) cost ~20 ms a token.
+  // Only what the filters need is ordered:
+  //  1. Tokens whose weight is below e^-45 (< 2^-64) of the top token's, at temperature 1 and at
+  //     this temperature, are dropped: added to a sum that is at least 1 (the top token's term)
+  //     they cannot change a double, so neither the filters nor the draw change.
+  //  2. min-p keeps a prefix of the sorted order, exactly the tokens with exp(x - max) >= min_p
+  //     (the filter's own test), so it selects before any sorting.
+  //  3. top-p keeps the shortest sorted prefix whose mass reaches top_p: found by sorting the
+  //     best 64, 512, 4096, ... until the prefix's mass reaches it (a peaked distribution sorts a
+  //     few dozen; a flat one sorts them all, as before). Its denominator is the mass of every
+  //     candidate of step 1, min-p's drops included (returned).
+  //  With neither filter the candidates stay in id order: the same distribution, no sort.
+  float mxf = x[0];
+  for (int64_t i = 1; i < vocab; ++i) mxf = std::max(mxf, x[i]);
+  const double mx = mxf;
+  const double negligible = -45.0 * std::max(1.0, static_cast<double>(p_.temperature));
+  const double floor = p_.min_p > 0.0f ? static_cast<double>(p_.min_p) : 0.0;
+  const bool top_p = p_.top_p < 1.0f;
+  double mass = 0;
+  cand_.clear();
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double d = static_cast<double>(x[i]) - mx;
+    if (d < negligible) continue;
+    if (top_p || floor > 0.0) {
+      const double e = std::exp(d);
+      mass += e;
+      if (e < floor) continue;
+    }
+    cand_.push_back({x[i], static_cast<int32_t>(i)});
+  }
+  auto before = [](const compute::Scored& a, const compute::Scored& b) {
+    return a.value > b.value || (a.value == b.value && a.index < b.index);
+  };
+  if (top_p) {
+    for (size_t k = 64;; k *= 8) {
+      if (k >= cand_.size()) {
+        std::sort(cand_.begin(), cand_.end(), before);
+        break;
+      }
+      std::nth_element(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), cand_.end(), before);
+      std::sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(k), before);
+      double prefix = 0;
+      for (size_t i = 0; i < k; ++i) prefix += std::exp(static_cast<double>(cand_[i].value) - mx);
+      // With a margin: sample() re-adds in its own order and must stop inside the prefix.
+      if (prefix / mass >= static_cast<double>(p_.top_p) + 1e-9) {
+        cand_.resize(k);
         break;
       }
     }
-    n = std::max<size_t>(1, keep);
+  } else if (floor > 0.0) {
+    std::sort(cand_.begin(), cand_.end(), before);
   }
-  if (p_.min_p > 0.0f) {
-    const double floor = p_.min_p * prob[0];
-    size_t keep = 1;
-    while (keep < n && prob[keep] >= floor) ++keep;
-    n = keep;
-  }
-  std::vector<double> w(n);
-  for (size_t i = 0; i < n; ++i)
-    w[i] = std::exp((static_cast<double>(cand_[i].value) - mx) / p_.temperature);
-  std::discrete_distribution<size_t> dist(w.begin(), w.end());
-  return cand_[dist(rng_)].index;
+  return top_p ? mass : 0.0;
 }
 
 }  // namespace larql

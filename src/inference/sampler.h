@@ -46,8 +46,13 @@ class Sampler {
  private:
   SamplerParams p_;
   std::mt19937_64 rng_;
-  std::vector<compute::Scored> cand_;  ///< candidates, best first
+  /// Candidates without top-k, filtered and ordered as the filters need (sampler.cc); returns
+  /// the temperature-1 mass top-p divides by (0 when top-p is off).
+  double candidates_without_top_k(const float* x, int64_t vocab);
+
+  std::vector<compute::Scored> cand_;  ///< candidates (best first whenever top-p or min-p is on)
   std::vector<float> penalised_;       ///< the logits after the repetition penalty
+  std::vector<double> prob_, weight_;  ///< per candidate: temperature-1 probability, draw weight
 };
 
 }  // namespace larql

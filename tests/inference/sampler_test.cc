@@ -2,6 +2,7 @@
 // Expected picks are derived by hand from the definitions in sampler.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -129,6 +130,51 @@ TEST(Sampler, RepetitionPenaltyHandCase) {
   EXPECT_EQ(s4.sample(lg, 4, {2, 0}), 1);
   // Ids outside the vocabulary in the history are ignored.
   EXPECT_EQ(s4.sample(lg, 4, {-1, 99}), 0);
+}
+
+// Without top-k the sampler no longer sorts the vocabulary (sampler.cc); the draws must still
+// follow the distribution. 2,000 tokens: ids 0..99 have logit log(10) (weight 10 each, 1,000 in
+// all), the other 1,900 logit 0 (1,900 in all): at temperature 1, P(id < 100) = 1000 / 2900.
+TEST(Sampler, NoTopKDrawsTheWholeDistribution) {
+  std::vector<float> lg(2000, 0.0f);
+  for (int i = 0; i < 100; ++i) lg[static_cast<size_t>(i)] = std::log(10.0f);
+  Sampler s(params(1.0f, 0, 1.0f, 0.0f, 17));
+  const int draws = 20000;
+  int high = 0;
+  std::set<int32_t> low_seen;
+  for (int i = 0; i < draws; ++i) {
+    const int32_t id = s.sample(lg.data(), 2000, {});
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, 2000);
+    if (id < 100) {
+      ++high;
+    } else {
+      low_seen.insert(id);
+    }
+  }
+  const double p = 1000.0 / 2900.0, sd = std::sqrt(draws * p * (1 - p));
+  EXPECT_NEAR(high, draws * p, 5 * sd);
+  EXPECT_GT(low_seen.size(), 1500u);  // 13,100 draws over 1,900 ids: each missed with p ~ 1e-3
+}
+
+// top-p over a large vocabulary (the no-top-k path sorts growing prefixes): 5,000 tokens, the
+// 1,000 at multiples of 5 have logit log(2) (probability 2/6000 each, 1/3 in all), the rest 0
+// (1/6000 each). top_p = 1/2 + 1/12000 needs the 1,000 high tokens and then 1,001 low ones in id
+// order (ties go to the lower id): 1,000 lows lie below 1250, the 1,001st is id 1251.
+TEST(Sampler, TopPOverALargeVocabularyKeepsExactlyTheNucleus) {
+  std::vector<float> lg(5000, 0.0f);
+  for (int i = 0; i < 5000; i += 5) lg[static_cast<size_t>(i)] = std::log(2.0f);
+  for (int top_k : {0, 5000}) {  // 5000 = the vocabulary: no top-k either
+    Sampler s(params(1.0f, top_k, 0.5f + 1.0f / 12000.0f, 0.0f, 23));
+    int32_t max_low = -1;
+    for (int i = 0; i < 20000; ++i) {
+      const int32_t id = s.sample(lg.data(), 5000, {});
+      if (id % 5 == 0) continue;
+      ASSERT_LE(id, 1251) << "outside the nucleus, top_k " << top_k;
+      max_low = std::max(max_low, id);
+    }
+    EXPECT_GT(max_low, 1240) << "the nucleus's last low tokens are never drawn, top_k " << top_k;
+  }
 }
 
 void expect_invalid(SamplerParams p, const std::string& name) {
