@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "server/websocket.h"
+#include "server/ws_read_layer.h"
 #include "util/error.h"
 
 namespace larql::server {
@@ -187,13 +188,15 @@ nlohmann::json ws_message_id(const std::string& text) {
 
 /// A call's answer on the /v1/stream socket: the Responder the routes write to, turned into
 /// WebSocket frames tagged with the call's id (server/websocket.h). wait() also reads the socket:
-/// a cancel for this call ends it (the route sees "client gone"), other calls queue.
+/// a cancel for this call ends it (the route sees "client gone"), other calls queue. `ready`
+/// says a message's bytes are already read (server/ws_read_layer.h), so wait() must not poll.
 template <class Ws>
 class WsResponder : public Responder {
  public:
   WsResponder(Ws& ws, int fd, nlohmann::json id, std::function<bool(std::string&)> read_one,
-              std::deque<std::string>& pending)
-      : ws_(ws), fd_(fd), id_(std::move(id)), read_one_(std::move(read_one)), pending_(pending) {}
+              std::function<bool()> ready, std::deque<std::string>& pending)
+      : ws_(ws), fd_(fd), id_(std::move(id)), read_one_(std::move(read_one)), ready_(std::move(ready)),
+        pending_(pending) {}
 
   void send(int status, const std::string& content_type, const std::string& body,
             const std::map<std::string, std::string>& = {}) override {
@@ -215,9 +218,23 @@ class WsResponder : public Responder {
   }
   bool wait(int notify_fd, std::chrono::milliseconds timeout) override {
     if (gone_ || cancelled_) return false;
+    // Messages already read from the socket (sent together with an earlier one) first: poll(2)
+    // cannot see them. Bounded, so a flood of messages cannot stall the running call.
+    for (int i = 0; i < 64 && ready_(); ++i)
+      if (!take_one()) return false;
     pollfd fds[2] = {{fd_, POLLIN, 0}, {notify_fd, POLLIN, 0}};
     const int r = ::poll(fds, 2, static_cast<int>(timeout.count()));
     if (r <= 0 || !(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return true;
+    return take_one();
+  }
+  bool sent() const { return sent_; }
+  bool gone() const { return gone_; }
+  bool streaming() const { return streaming_; }
+
+ private:
+  /// Reads one message (waiting for it) and acts on it: a cancel of this call ends it (false),
+  /// a cancel of a waiting call drops that one, any other message waits its turn in pending_.
+  bool take_one() {
     std::string text;
     if (!read_one_(text)) {
       gone_ = true;
@@ -251,11 +268,6 @@ class WsResponder : public Responder {
     }
     return true;
   }
-  bool sent() const { return sent_; }
-  bool gone() const { return gone_; }
-  bool streaming() const { return streaming_; }
-
- private:
   void write(const std::string& frame) {
     if (gone_) return;
     beast::error_code ec;
@@ -267,6 +279,7 @@ class WsResponder : public Responder {
   int fd_;
   nlohmann::json id_;
   std::function<bool(std::string&)> read_one_;
+  std::function<bool()> ready_;
   std::deque<std::string>& pending_;
   bool sent_ = false, streaming_ = false, done_ = false, gone_ = false, cancelled_ = false;
 };
@@ -582,7 +595,8 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
         r.send(404, "application/json", error_json("WebSocket is served at /v1/stream only", reason_type(404)));
         break;
       }
-      serve_websocket(sock, fd, msg, req);
+      // Bytes past the upgrade request (frames sent before the 101 arrived) go to the socket.
+      serve_websocket(sock, fd, msg, req, beast::buffers_to_string(buf.data()));
       break;
     }
     if (!r.sent()) {
@@ -599,9 +613,11 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
 }
 
 template <class Stream, class Upgrade>
-void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, const Request& req) {
+void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, const Request& req,
+                                 std::string already_read) {
   namespace websocket = beast::websocket;
-  websocket::stream<Stream&> ws(sock);
+  using Ws = websocket::stream<WsReadLayer<Stream>>;
+  Ws ws(sock, std::move(already_read));
   ws.read_message_max(opt_.max_body_bytes);
   const bool offered_larql = req.header("sec-websocket-protocol").find("larql") != std::string::npos;
   ws.set_option(websocket::stream_base::decorator([offered_larql](websocket::response_type& res) {
@@ -660,8 +676,8 @@ void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, c
         break;
       continue;
     }
-    WsResponder<websocket::stream<Stream&>> r(ws, fd, call.id, [&](std::string& out) { return read_one(out, false); },
-                                              pending);
+    WsResponder<Ws> r(ws, fd, call.id, [&](std::string& out) { return read_one(out, false); },
+                      [&] { return ws.next_layer().ready(); }, pending);
     try {
       handler_(call.request, r);
     } catch (const std::exception& e) {
