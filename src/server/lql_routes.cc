@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lql/edits.h"
+#include "server/error_status.h"
 #include "lql/executor.h"
 #include "lql/parser.h"
 #include "lql/printer.h"
@@ -43,26 +45,6 @@ struct FileRefused {
 
 /// The HTTP status of an LQL error: the caller's mistake 400, a missing thing 404, something
 /// well-formed the vindex or larql cannot do 422, a cancelled statement 503, else 500.
-int status_of(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::InvalidArgument:
-    case ErrorKind::Usage:
-    case ErrorKind::ContextOverflow:
-    case ErrorKind::EmptyPrompt:
-      return 400;
-    case ErrorKind::NotFound:
-      return 404;
-    case ErrorKind::Unsupported:
-    case ErrorKind::Format:
-    case ErrorKind::RetrievalMiss:
-      return 422;
-    case ErrorKind::Cancelled:
-      return 503;
-    default:
-      return 500;
-  }
-}
-
 const char* type_of(int status) {
   return status == 404 ? "not_found_error" : status == 403 ? "permission_error" : status >= 500 ? "server_error"
                                                                                                    : "invalid_request_error";
@@ -247,8 +229,10 @@ struct LqlApi::Impl {
     return full.string();
   }
 
-  /// Refuse (or confine to --lql-allow-files) every file a statement names.
-  void check_files(lql::Statement& st) {
+  /// Refuse (or confine to --lql-allow-files) every file a statement names. SAVE PATCH writes
+  /// the file BEGIN PATCH named, resolved again now: a directory on its path swapped for a link
+  /// out of --lql-allow-files since BEGIN is refused.
+  void check_files(lql::Session& session, lql::Statement& st) {
     using namespace lql;
     if (auto* u = std::get_if<UseStmt>(&st.body)) u->path = allowed(u->path, "USE", st.pos);
     if (auto* s = std::get_if<ShowStmt>(&st.body); s && s->what == ShowStmt::What::Models && opt.allow_files.empty())
@@ -260,6 +244,10 @@ struct LqlApi::Impl {
       if (pa->op == PatchStmt::Op::Save && opt.allow_files.empty())
         throw FileRefused{"SAVE PATCH at " + st.pos.str() +
                           " writes a file: refused over HTTP unless the server runs with --lql-allow-files DIR"};
+      if (pa->op == PatchStmt::Op::Save) {
+        const auto& ed = session.edits();
+        if (ed.recording && !ed.anonymous) allowed(ed.recording->name, "SAVE PATCH", st.pos);
+      }
     }
     if (auto* d = std::get_if<DiffStmt>(&st.body)) {
       if (!d->a.current) d->a.path = allowed(d->a.path, "DIFF", st.pos);
@@ -273,8 +261,8 @@ struct LqlApi::Impl {
   }
 
   /// Run one statement; its document as `larql lql --json` prints it.
-  std::string run(lql::Executor& ex, lql::Statement st) {
-    check_files(st);
+  std::string run(lql::Session& session, lql::Executor& ex, lql::Statement st) {
+    check_files(session, st);
     const auto t0 = std::chrono::steady_clock::now();
     lql::Table t = ex.run(st);
     t.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -360,7 +348,11 @@ void LqlApi::operator()(const Request& req, Responder& r) {
           refuse(400, "", "'" + k + "' is not a field of " + req.path + (lql ? " (query, keep_going)" : " (prompt, top)"), k);
         }
       }
-      if (lql && lql::is_blank(text)) refuse(400, "", "'query' holds no statement", "query");
+      if (lql) {  // blanks, comments and bare ';' alike: no statement to run
+        std::string rest;
+        if (lql::is_blank(text) || (lql::split_statements(text + "\n;", &rest).empty() && lql::is_blank(rest)))
+          refuse(400, "", "'query' holds no statement (only blanks, comments or ';')", "query");
+      }
       if (!lql) {
         try {
           text = browse_statement(req.path, params, &limit);
@@ -393,7 +385,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       try {
         lease.emplace(m.table->acquire(sid));
       } catch (const Error& e) {
-        refuse(e.kind() == ErrorKind::Unsupported ? 429 : status_of(e.kind()), "lql_sessions_busy", e.what());
+        refuse(e.kind() == ErrorKind::Unsupported ? 429 : http_status_of(e.kind()), "lql_sessions_busy", e.what());
       }
     } else {
       fresh = m.make_session();
@@ -415,9 +407,9 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       for (const auto& p : script)
         for (const auto& st : p.stages) {
           try {
-            docs.push_back(m.run(ex, st));
+            docs.push_back(m.run(session, ex, st));
           } catch (const Error& e) {
-            refuse(status_of(e.kind()), error_kind_name(e.kind()), e.what());
+            refuse(http_status_of(e.kind()), error_kind_name(e.kind()), e.what());
           }
         }
     } else {
@@ -427,7 +419,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       for (const auto& ch : lql::split_statements(text + "\n;", &rest)) {
         try {
           const lql::Pipeline p = lql::parse_one(ch.text);
-          for (const auto& st : p.stages) docs.push_back(m.run(ex, st));
+          for (const auto& st : p.stages) docs.push_back(m.run(session, ex, st));
         } catch (const Error& e) {
           ++m.errors;
           docs.push_back(dump(json{{"error", e.what()}, {"kind", error_kind_name(e.kind())}}));
@@ -466,7 +458,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
     r.send(403, "application/json", "{\"error\":" + dump(err) + ",\"results\":" + results() + "}");
   } catch (const Error& e) {  // e.g. a session that cannot be opened
     ++m.errors;
-    const int status = status_of(e.kind());
+    const int status = http_status_of(e.kind());
     r.send(status, "application/json", error_json(e.what(), type_of(status), "", error_kind_name(e.kind())));
   } catch (const json::exception& e) {
     ++m.errors;

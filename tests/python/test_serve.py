@@ -647,6 +647,14 @@ def test_lql_sessions_keep_their_own_edits(server):
     assert m["larql_lql_statement_seconds_count"] >= 6
 
 
+def test_lql_query_with_no_statement_is_400(server):
+    """Blanks, comments and bare ';' are all "no statement": one answer for each (";;;" was 200)."""
+    for q in ("", "  \n", "-- only a comment", ";;;", " ; -- x\n ;"):
+        status, body = lql_post(server, q)
+        assert status == 400 and body["error"]["param"] == "query", (q, body)
+        assert "holds no statement" in body["error"]["message"], (q, body)
+
+
 def test_lql_file_statements_are_refused(server, tmp_path):
     statements = [f'USE "{tmp_path}"', f'BEGIN PATCH "{tmp_path / "p.vlp"}"', f'APPLY PATCH "{tmp_path / "p.vlp"}"',
                   "SAVE PATCH", "SHOW MODELS", f'DIFF CURRENT "{tmp_path}"',
@@ -718,6 +726,18 @@ def test_lql_allow_files_and_api_key(larql_bin, inference_vindex, tmp_path):
             status, body = lql_post(s, f'BEGIN PATCH "{path}"', session="w", key="k")
             assert status == 403 and "not inside" in body["error"]["message"], (path, body)
         assert not (tmp_path / "escape.vlp").exists()
+        # A directory checked at BEGIN PATCH and swapped for a link out of DIR before SAVE PATCH:
+        # SAVE resolves the path again and refuses.
+        (allowed / "sub").mkdir()
+        status, body = lql_post(s, 'BEGIN PATCH "sub/q.vlp"; INSERT INTO EDGES (entity, relation, target) VALUES '
+                                   '("Lemuria", "capital", "Mu") MODE KNN', session="swap", key="k")
+        assert status == 200, body
+        (allowed / "sub").rmdir()
+        (tmp_path / "outside").mkdir()
+        (allowed / "sub").symlink_to(tmp_path / "outside")
+        status, body = lql_post(s, "SAVE PATCH", session="swap", key="k")
+        assert status == 403 and "not inside" in body["error"]["message"], body
+        assert list((tmp_path / "outside").iterdir()) == []
         status, body = lql_post(s, 'APPLY PATCH "p.vlp"; INFER "The capital of Lemuria is" TOP 1', session="v", key="k")
         assert status == 200 and top_token(body["results"][1]) == "Mu", body
     finally:

@@ -119,7 +119,22 @@ def test_bad_messages_and_auth(srv):
         ws.send(msg)
         f = json.loads(ws.recv())
         assert f["type"] == "error" and f["status"] == 400 and needle in f["data"]["error"]["message"], f
+    # A binary message is refused by name (messages are JSON text), and the socket still serves.
+    ws.send_binary(json.dumps({"id": 4, "type": "http", "method": "GET", "path": "/health"}).encode())
+    f = json.loads(ws.recv())
+    assert f["type"] == "error" and f["status"] == 400 and "binary" in f["data"]["error"]["message"], f
+    ws.send(json.dumps({"id": 5, "type": "http", "method": "GET", "path": "/health"}))
+    assert frames_until(ws, 5)[-1]["status"] == 200
     ws.close()
+    # Subprotocols: the server answers with one offered (RFC 6455 §4.2.2) — `larql`; an offer
+    # without it (only the key, or a look-alike) is refused by name, not answered with none.
+    ws = connect(srv, subprotocols=["larql", f"bearer.{KEY}"])
+    assert ws.getsubprotocol() == "larql"
+    ws.close()
+    for offer in ([f"bearer.{KEY}"], ["larqlx", f"bearer.{KEY}"]):
+        with pytest.raises(websocket.WebSocketBadStatusException) as e:
+            connect(srv, subprotocols=offer)
+        assert e.value.status_code == 400 and b"larql" in e.value.resp_body, offer
     # WebSocket elsewhere than /v1/stream is refused.
     with pytest.raises(websocket.WebSocketBadStatusException) as e:
         websocket.create_connection(srv.url.replace("http", "ws") + "/v1/models", timeout=10,
