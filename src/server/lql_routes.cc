@@ -11,6 +11,7 @@
 
 #include "lql/edits.h"
 #include "server/error_status.h"
+#include "server/histogram.h"
 #include "lql/executor.h"
 #include "lql/parser.h"
 #include "lql/printer.h"
@@ -78,20 +79,6 @@ std::string text_param(const std::map<std::string, std::string>& p, const char* 
   }
   return it->second;
 }
-
-/// A fixed-bucket latency histogram (seconds) for /metrics.
-struct Histogram {
-  static constexpr double kBounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-  std::atomic<uint64_t> counts[std::size(kBounds) + 1] = {};
-  std::atomic<uint64_t> total{0}, sum_us{0};
-  void add(double s) {
-    size_t i = 0;
-    while (i < std::size(kBounds) && s > kBounds[i]) ++i;
-    ++counts[i];
-    ++total;
-    sum_us += static_cast<uint64_t>(std::max(0.0, s) * 1e6);
-  }
-};
 
 }  // namespace
 
@@ -203,7 +190,7 @@ struct LqlApi::Impl {
   std::unique_ptr<lql::Session> base;  ///< the served vindex; never edited, only shared from
   std::unique_ptr<LqlSessionTable> table;
   std::atomic<uint64_t> requests{0}, statements{0}, errors{0}, refused_files{0};
-  Histogram latency;
+  LatencyHistogram latency{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
   std::unique_ptr<lql::Session> make_session() {
     lql::SessionOptions so;
@@ -479,16 +466,7 @@ std::string LqlApi::metrics() const {
   line("larql_lql_sessions", "gauge", "live X-Session-Id sessions", m.table->size());
   line("larql_lql_sessions_evicted_total", "counter", "sessions dropped for room (least recently used)", m.table->evicted());
   line("larql_lql_sessions_expired_total", "counter", "sessions dropped after --lql-session-ttl idle", m.table->expired());
-  const char* h = "larql_lql_statement_seconds";
-  o << "# HELP " << h << " one LQL statement's run time\n# TYPE " << h << " histogram\n";
-  uint64_t cum = 0;
-  for (size_t i = 0; i < std::size(Histogram::kBounds); ++i) {
-    cum += m.latency.counts[i].load();
-    o << h << "_bucket{le=\"" << Histogram::kBounds[i] << "\"} " << cum << "\n";
-  }
-  cum += m.latency.counts[std::size(Histogram::kBounds)].load();
-  o << h << "_bucket{le=\"+Inf\"} " << cum << "\n";
-  o << h << "_sum " << static_cast<double>(m.latency.sum_us.load()) / 1e6 << "\n" << h << "_count " << m.latency.total.load() << "\n";
+  m.latency.write(o, "larql_lql_statement_seconds", "one LQL statement's run time");
   return o.str();
 }
 
