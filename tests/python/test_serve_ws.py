@@ -49,6 +49,17 @@ def send_together(ws, *messages):
     ws.sock.sendall(data)
 
 
+def cancelled_and_left(srv, before):
+    """/metrics once no sequence runs and more than `before` jobs were cancelled (or 3 s passed).
+    Both, since the gauge is updated after the step that emits a chunk, and a cancelled call's
+    "done" may come before its job has even been admitted."""
+    deadline = time.time() + 3
+    while time.time() < deadline and ((m := srv.metrics(KEY))["larql_active_sequences"] != 0 or
+                                      m["larql_jobs_cancelled_total"] < before + 1):
+        time.sleep(0.02)
+    return m
+
+
 def test_generate_equals_http_and_streams(srv):
     ws = connect(srv, header=[f"Authorization: Bearer {KEY}"])
     ws.send(json.dumps({"id": 1, "type": "generate", "prompt": PROMPT, "max_tokens": 12, "temperature": 0}))
@@ -81,10 +92,7 @@ def test_cancel_frees_the_slot(srv):
     ws.send(json.dumps({"id": 7, "type": "cancel"}))
     frames = frames_until(ws, 7)
     assert frames[-1]["type"] == "done"
-    deadline = time.time() + 2  # the scheduler drops the job at its next step
-    while time.time() < deadline and srv.metrics(KEY)["larql_active_sequences"] != 0:
-        time.sleep(0.02)
-    m = srv.metrics(KEY)
+    m = cancelled_and_left(srv, 0)  # the scheduler drops the job at its next step
     assert m["larql_active_sequences"] == 0
     assert m["larql_jobs_cancelled_total"] >= 1
     # The socket still serves after the cancel.
@@ -100,10 +108,7 @@ def test_closing_the_socket_frees_the_slot(srv):
     while json.loads(ws.recv())["type"] != "chunk":
         pass
     ws.sock.close()  # gone without a close frame
-    deadline = time.time() + 3
-    while time.time() < deadline and srv.metrics(KEY)["larql_active_sequences"] != 0:
-        time.sleep(0.02)
-    m = srv.metrics(KEY)
+    m = cancelled_and_left(srv, before)
     assert m["larql_active_sequences"] == 0 and m["larql_jobs_cancelled_total"] >= before + 1
 
 
@@ -168,17 +173,9 @@ def test_queued_calls_cancel_and_overflow_keep_their_ids(srv):
     ws.close()
 
 
-def idle(srv):
-    """Waits until no sequence runs (a call cancelled by an earlier test leaves at its next step)."""
-    deadline = time.time() + 3
-    while time.time() < deadline and srv.metrics(KEY)["larql_active_sequences"] != 0:
-        time.sleep(0.02)
-    return srv.metrics(KEY)
-
-
 def test_cancel_sent_with_its_generate_stops_it_within_a_step(srv):
     ws = connect(srv, header=[f"Authorization: Bearer {KEY}"])
-    before = idle(srv)["larql_jobs_cancelled_total"]
+    before = cancelled_and_left(srv, -1)["larql_jobs_cancelled_total"]
     send_together(ws, {"id": "g", "type": "generate", "prompt": COUNT, "max_tokens": 300, "temperature": 0},
                   {"id": "g", "type": "cancel"})
     frames = frames_until(ws, "g")
@@ -186,11 +183,7 @@ def test_cancel_sent_with_its_generate_stops_it_within_a_step(srv):
     # The cancel is read at the first wait, after the first decode step: at most that step's chunk
     # (the old server read it only after all 300 tokens).
     assert len([f for f in frames if f["type"] == "chunk"]) <= 2, len(frames)
-    # The job may still wait for its first step when its "done" comes: poll until it has left.
-    deadline = time.time() + 3
-    while time.time() < deadline and ((m := srv.metrics(KEY))["larql_active_sequences"] != 0 or
-                                      m["larql_jobs_cancelled_total"] < before + 1):
-        time.sleep(0.02)
+    m = cancelled_and_left(srv, before)
     assert m["larql_active_sequences"] == 0 and m["larql_jobs_cancelled_total"] >= before + 1
     # A generate and a describe together: both answered, in order; then a burst of generate,
     # describe and the generate's cancel: the generate stops within a step, the describe is answered.
