@@ -356,6 +356,19 @@ def test_tls(larql_bin, model_path, tmp_path):
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0, timeout=60,
                           http_client=openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=str(cert)))).models.list()
+        # /v1/stream over TLS: a generate and its cancel in one write (one TLS record) — the cancel
+        # is seen within a step though the TLS layer, not the socket, holds its bytes.
+        websocket = pytest.importorskip("websocket")
+        ws = websocket.create_connection(s.url.replace("https", "wss") + "/v1/stream", timeout=60,
+                                         header=["Authorization: Bearer k"], sslopt={"ca_certs": str(cert)})
+        ws.sock.sendall(b"".join(websocket.ABNF.create_frame(json.dumps(m), websocket.ABNF.OPCODE_TEXT).format() for m in (
+            {"id": 1, "type": "generate", "prompt": "Count from 1 to 1000: 1, 2,", "max_tokens": 300, "temperature": 0},
+            {"id": 1, "type": "cancel"})))
+        frames = []
+        while not frames or frames[-1]["type"] != "done":
+            frames.append(json.loads(ws.recv()))
+        assert len([f for f in frames if f["type"] == "chunk"]) <= 2, len(frames)
+        ws.close()
         # Plain HTTP to the TLS port gets no answer a client could take for one.
         with pytest.raises(Exception):
             urllib.request.urlopen(s.url.replace("https", "http") + "/health", timeout=10)
