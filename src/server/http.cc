@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "server/websocket.h"
+#include "server/ws_read_layer.h"
 #include "util/error.h"
 
 namespace larql::server {
@@ -163,20 +164,41 @@ class SocketResponder : public Responder {
   bool sent_ = false, gone_ = false, streaming_ = false, peer_sent_data_ = false;
 };
 
+/// The subprotocols a WebSocket upgrade offers (`Sec-WebSocket-Protocol`, comma-separated,
+/// RFC 6455 §4.1), trimmed, empty ones dropped.
+std::vector<std::string> websocket_protocols(const std::string& header) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < header.size()) {
+    size_t end = header.find(',', at);
+    if (end == std::string::npos) end = header.size();
+    std::string p = header.substr(at, end - at);
+    p.erase(0, p.find_first_not_of(" \t"));
+    p.erase(p.find_last_not_of(" \t") + 1);
+    if (!p.empty()) out.push_back(std::move(p));
+    at = end + 1;
+  }
+  return out;
+}
+
 /// The key a browser's WebSocket offers as a subprotocol (browsers cannot set Authorization on
 /// one): `Sec-WebSocket-Protocol: larql, bearer.KEY` gives KEY; "" when none is offered.
 std::string websocket_key(const std::string& protocols) {
-  size_t at = 0;
-  while (at < protocols.size()) {
-    size_t end = protocols.find(',', at);
-    if (end == std::string::npos) end = protocols.size();
-    std::string p = protocols.substr(at, end - at);
-    p.erase(0, p.find_first_not_of(" \t"));
-    p.erase(p.find_last_not_of(" \t") + 1);
+  for (const auto& p : websocket_protocols(protocols))
     if (p.rfind("bearer.", 0) == 0) return p.substr(7);
-    at = end + 1;
-  }
   return "";
+}
+
+/// What reading one /v1/stream message gave: a text message, a binary one (refused: messages are
+/// JSON text), or nothing (the socket closed or failed).
+enum class WsRead { Text, Binary, Gone };
+
+/// The error frame that answers a binary message (RFC 6455 §5.6: JSON goes in text frames).
+std::string ws_binary_refusal() {
+  return ws_result_frame(nullptr, 400, "application/json",
+                         error_json("binary WebSocket messages are not read: each /v1/stream message is a JSON text "
+                                    "message (a text frame)",
+                                    "invalid_request_error", "", "binary_message"));
 }
 
 /// The "id" of a /v1/stream message, or null when it has none (or is not JSON).
@@ -187,13 +209,15 @@ nlohmann::json ws_message_id(const std::string& text) {
 
 /// A call's answer on the /v1/stream socket: the Responder the routes write to, turned into
 /// WebSocket frames tagged with the call's id (server/websocket.h). wait() also reads the socket:
-/// a cancel for this call ends it (the route sees "client gone"), other calls queue.
+/// a cancel for this call ends it (the route sees "client gone"), other calls queue. `ready`
+/// says a message's bytes are already read (server/ws_read_layer.h), so wait() must not poll.
 template <class Ws>
 class WsResponder : public Responder {
  public:
-  WsResponder(Ws& ws, int fd, nlohmann::json id, std::function<bool(std::string&)> read_one,
-              std::deque<std::string>& pending)
-      : ws_(ws), fd_(fd), id_(std::move(id)), read_one_(std::move(read_one)), pending_(pending) {}
+  WsResponder(Ws& ws, int fd, nlohmann::json id, std::function<WsRead(std::string&)> read_one,
+              std::function<bool()> ready, std::deque<std::string>& pending)
+      : ws_(ws), fd_(fd), id_(std::move(id)), read_one_(std::move(read_one)), ready_(std::move(ready)),
+        pending_(pending) {}
 
   void send(int status, const std::string& content_type, const std::string& body,
             const std::map<std::string, std::string>& = {}) override {
@@ -215,13 +239,32 @@ class WsResponder : public Responder {
   }
   bool wait(int notify_fd, std::chrono::milliseconds timeout) override {
     if (gone_ || cancelled_) return false;
+    // Messages already read from the socket (sent together with an earlier one) first: poll(2)
+    // cannot see them. Bounded, so a flood of messages cannot stall the running call.
+    for (int i = 0; i < 64 && ready_(); ++i)
+      if (!take_one()) return false;
     pollfd fds[2] = {{fd_, POLLIN, 0}, {notify_fd, POLLIN, 0}};
     const int r = ::poll(fds, 2, static_cast<int>(timeout.count()));
     if (r <= 0 || !(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return true;
+    return take_one();
+  }
+  bool sent() const { return sent_; }
+  bool gone() const { return gone_; }
+  bool streaming() const { return streaming_; }
+
+ private:
+  /// Reads one message (waiting for it) and acts on it: a cancel of this call ends it (false),
+  /// a cancel of a waiting call drops that one, any other message waits its turn in pending_.
+  bool take_one() {
     std::string text;
-    if (!read_one_(text)) {
+    const WsRead got = read_one_(text);
+    if (got == WsRead::Gone) {
       gone_ = true;
       return false;
+    }
+    if (got == WsRead::Binary) {
+      write(ws_binary_refusal());
+      return !gone_;
     }
     nlohmann::json id = nullptr;
     try {
@@ -251,11 +294,6 @@ class WsResponder : public Responder {
     }
     return true;
   }
-  bool sent() const { return sent_; }
-  bool gone() const { return gone_; }
-  bool streaming() const { return streaming_; }
-
- private:
   void write(const std::string& frame) {
     if (gone_) return;
     beast::error_code ec;
@@ -266,7 +304,8 @@ class WsResponder : public Responder {
   Ws& ws_;
   int fd_;
   nlohmann::json id_;
-  std::function<bool(std::string&)> read_one_;
+  std::function<WsRead(std::string&)> read_one_;
+  std::function<bool()> ready_;
   std::deque<std::string>& pending_;
   bool sent_ = false, streaming_ = false, done_ = false, gone_ = false, cancelled_ = false;
 };
@@ -582,7 +621,19 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
         r.send(404, "application/json", error_json("WebSocket is served at /v1/stream only", reason_type(404)));
         break;
       }
-      serve_websocket(sock, fd, msg, req);
+      // RFC 6455 §4.2.2: the server answers with one of the protocols offered, and browsers fail
+      // a socket whose offer got none. `larql` is the one this server speaks; `bearer.KEY` only
+      // carries the key (echoing it would put the key in the response).
+      const auto offered = websocket_protocols(req.header("sec-websocket-protocol"));
+      if (!offered.empty() && std::find(offered.begin(), offered.end(), "larql") == offered.end()) {
+        r.send(400, "application/json",
+               error_json("Sec-WebSocket-Protocol offers no protocol this server speaks: offer \"larql\" (with "
+                          "\"bearer.KEY\" beside it to send the API key)",
+                          reason_type(400), "", "unsupported_subprotocol"));
+        break;
+      }
+      // Bytes past the upgrade request (frames sent before the 101 arrived) go to the socket.
+      serve_websocket(sock, fd, msg, req, beast::buffers_to_string(buf.data()));
       break;
     }
     if (!r.sent()) {
@@ -599,11 +650,14 @@ void HttpServer::serve_stream(Stream& sock, int fd, const std::string& peer) {
 }
 
 template <class Stream, class Upgrade>
-void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, const Request& req) {
+void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, const Request& req,
+                                 std::string already_read) {
   namespace websocket = beast::websocket;
-  websocket::stream<Stream&> ws(sock);
+  using Ws = websocket::stream<WsReadLayer<Stream>>;
+  Ws ws(sock, std::move(already_read));
   ws.read_message_max(opt_.max_body_bytes);
-  const bool offered_larql = req.header("sec-websocket-protocol").find("larql") != std::string::npos;
+  const auto offered = websocket_protocols(req.header("sec-websocket-protocol"));
+  const bool offered_larql = std::find(offered.begin(), offered.end(), "larql") != offered.end();
   ws.set_option(websocket::stream_base::decorator([offered_larql](websocket::response_type& res) {
     res.set(http::field::server, "larql");
     if (offered_larql) res.set(http::field::sec_websocket_protocol, "larql");
@@ -624,9 +678,10 @@ void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, c
     beast::error_code rec;
     ws.read(b, rec);
     unwatch(fd);
-    if (rec) return false;
+    if (rec) return WsRead::Gone;
+    if (!ws.got_text()) return WsRead::Binary;
     out = beast::buffers_to_string(b.data());
-    return true;
+    return WsRead::Text;
   };
   std::deque<std::string> pending;
   auto reply = [&](const std::string& frame) {
@@ -640,8 +695,11 @@ void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, c
     if (!pending.empty()) {
       text = std::move(pending.front());
       pending.pop_front();
-    } else if (!read_one(text, true)) {
+    } else if (const WsRead got = read_one(text, true); got == WsRead::Gone) {
       break;
+    } else if (got == WsRead::Binary) {
+      if (!reply(ws_binary_refusal())) break;
+      continue;
     }
     WsCall call;
     try {
@@ -660,8 +718,8 @@ void HttpServer::serve_websocket(Stream& sock, int fd, const Upgrade& upgrade, c
         break;
       continue;
     }
-    WsResponder<websocket::stream<Stream&>> r(ws, fd, call.id, [&](std::string& out) { return read_one(out, false); },
-                                              pending);
+    WsResponder<Ws> r(ws, fd, call.id, [&](std::string& out) { return read_one(out, false); },
+                      [&] { return ws.next_layer().ready(); }, pending);
     try {
       handler_(call.request, r);
     } catch (const std::exception& e) {

@@ -98,8 +98,9 @@ class HttpServer {
   template <class Stream>
   void serve_stream(Stream& s, int fd, const std::string& peer);
   /// The /v1/stream WebSocket on an upgraded connection (src/server/websocket.h).
+  /// `already_read`: bytes the HTTP parser read past the upgrade request.
   template <class Stream, class Upgrade>
-  void serve_websocket(Stream& s, int fd, const Upgrade& upgrade, const Request& req);
+  void serve_websocket(Stream& s, int fd, const Upgrade& upgrade, const Request& req, std::string already_read);
   bool rate_ok(const std::string& client);
   /// Cut `fd` (shutdown) if it is still open at `deadline` — how blocking reads that asio will not
   /// time out (a WebSocket frame) are bounded; run()'s loop checks every 100 ms. `idle`: the

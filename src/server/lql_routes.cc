@@ -9,6 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lql/edits.h"
+#include "server/error_status.h"
+#include "server/histogram.h"
 #include "lql/executor.h"
 #include "lql/parser.h"
 #include "lql/printer.h"
@@ -43,26 +46,6 @@ struct FileRefused {
 
 /// The HTTP status of an LQL error: the caller's mistake 400, a missing thing 404, something
 /// well-formed the vindex or larql cannot do 422, a cancelled statement 503, else 500.
-int status_of(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::InvalidArgument:
-    case ErrorKind::Usage:
-    case ErrorKind::ContextOverflow:
-    case ErrorKind::EmptyPrompt:
-      return 400;
-    case ErrorKind::NotFound:
-      return 404;
-    case ErrorKind::Unsupported:
-    case ErrorKind::Format:
-    case ErrorKind::RetrievalMiss:
-      return 422;
-    case ErrorKind::Cancelled:
-      return 503;
-    default:
-      return 500;
-  }
-}
-
 const char* type_of(int status) {
   return status == 404 ? "not_found_error" : status == 403 ? "permission_error" : status >= 500 ? "server_error"
                                                                                                    : "invalid_request_error";
@@ -96,20 +79,6 @@ std::string text_param(const std::map<std::string, std::string>& p, const char* 
   }
   return it->second;
 }
-
-/// A fixed-bucket latency histogram (seconds) for /metrics.
-struct Histogram {
-  static constexpr double kBounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-  std::atomic<uint64_t> counts[std::size(kBounds) + 1] = {};
-  std::atomic<uint64_t> total{0}, sum_us{0};
-  void add(double s) {
-    size_t i = 0;
-    while (i < std::size(kBounds) && s > kBounds[i]) ++i;
-    ++counts[i];
-    ++total;
-    sum_us += static_cast<uint64_t>(std::max(0.0, s) * 1e6);
-  }
-};
 
 }  // namespace
 
@@ -221,7 +190,7 @@ struct LqlApi::Impl {
   std::unique_ptr<lql::Session> base;  ///< the served vindex; never edited, only shared from
   std::unique_ptr<LqlSessionTable> table;
   std::atomic<uint64_t> requests{0}, statements{0}, errors{0}, refused_files{0};
-  Histogram latency;
+  LatencyHistogram latency{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
   std::unique_ptr<lql::Session> make_session() {
     lql::SessionOptions so;
@@ -247,8 +216,10 @@ struct LqlApi::Impl {
     return full.string();
   }
 
-  /// Refuse (or confine to --lql-allow-files) every file a statement names.
-  void check_files(lql::Statement& st) {
+  /// Refuse (or confine to --lql-allow-files) every file a statement names. SAVE PATCH writes
+  /// the file BEGIN PATCH named, resolved again now: a directory on its path swapped for a link
+  /// out of --lql-allow-files since BEGIN is refused.
+  void check_files(lql::Session& session, lql::Statement& st) {
     using namespace lql;
     if (auto* u = std::get_if<UseStmt>(&st.body)) u->path = allowed(u->path, "USE", st.pos);
     if (auto* s = std::get_if<ShowStmt>(&st.body); s && s->what == ShowStmt::What::Models && opt.allow_files.empty())
@@ -260,6 +231,10 @@ struct LqlApi::Impl {
       if (pa->op == PatchStmt::Op::Save && opt.allow_files.empty())
         throw FileRefused{"SAVE PATCH at " + st.pos.str() +
                           " writes a file: refused over HTTP unless the server runs with --lql-allow-files DIR"};
+      if (pa->op == PatchStmt::Op::Save) {
+        const auto& ed = session.edits();
+        if (ed.recording && !ed.anonymous) allowed(ed.recording->name, "SAVE PATCH", st.pos);
+      }
     }
     if (auto* d = std::get_if<DiffStmt>(&st.body)) {
       if (!d->a.current) d->a.path = allowed(d->a.path, "DIFF", st.pos);
@@ -273,8 +248,8 @@ struct LqlApi::Impl {
   }
 
   /// Run one statement; its document as `larql lql --json` prints it.
-  std::string run(lql::Executor& ex, lql::Statement st) {
-    check_files(st);
+  std::string run(lql::Session& session, lql::Executor& ex, lql::Statement st) {
+    check_files(session, st);
     const auto t0 = std::chrono::steady_clock::now();
     lql::Table t = ex.run(st);
     t.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -360,7 +335,11 @@ void LqlApi::operator()(const Request& req, Responder& r) {
           refuse(400, "", "'" + k + "' is not a field of " + req.path + (lql ? " (query, keep_going)" : " (prompt, top)"), k);
         }
       }
-      if (lql && lql::is_blank(text)) refuse(400, "", "'query' holds no statement", "query");
+      if (lql) {  // blanks, comments and bare ';' alike: no statement to run
+        std::string rest;
+        if (lql::is_blank(text) || (lql::split_statements(text + "\n;", &rest).empty() && lql::is_blank(rest)))
+          refuse(400, "", "'query' holds no statement (only blanks, comments or ';')", "query");
+      }
       if (!lql) {
         try {
           text = browse_statement(req.path, params, &limit);
@@ -393,7 +372,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       try {
         lease.emplace(m.table->acquire(sid));
       } catch (const Error& e) {
-        refuse(e.kind() == ErrorKind::Unsupported ? 429 : status_of(e.kind()), "lql_sessions_busy", e.what());
+        refuse(e.kind() == ErrorKind::Unsupported ? 429 : http_status_of(e.kind()), "lql_sessions_busy", e.what());
       }
     } else {
       fresh = m.make_session();
@@ -415,9 +394,9 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       for (const auto& p : script)
         for (const auto& st : p.stages) {
           try {
-            docs.push_back(m.run(ex, st));
+            docs.push_back(m.run(session, ex, st));
           } catch (const Error& e) {
-            refuse(status_of(e.kind()), error_kind_name(e.kind()), e.what());
+            refuse(http_status_of(e.kind()), error_kind_name(e.kind()), e.what());
           }
         }
     } else {
@@ -427,7 +406,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       for (const auto& ch : lql::split_statements(text + "\n;", &rest)) {
         try {
           const lql::Pipeline p = lql::parse_one(ch.text);
-          for (const auto& st : p.stages) docs.push_back(m.run(ex, st));
+          for (const auto& st : p.stages) docs.push_back(m.run(session, ex, st));
         } catch (const Error& e) {
           ++m.errors;
           docs.push_back(dump(json{{"error", e.what()}, {"kind", error_kind_name(e.kind())}}));
@@ -466,7 +445,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
     r.send(403, "application/json", "{\"error\":" + dump(err) + ",\"results\":" + results() + "}");
   } catch (const Error& e) {  // e.g. a session that cannot be opened
     ++m.errors;
-    const int status = status_of(e.kind());
+    const int status = http_status_of(e.kind());
     r.send(status, "application/json", error_json(e.what(), type_of(status), "", error_kind_name(e.kind())));
   } catch (const json::exception& e) {
     ++m.errors;
@@ -487,16 +466,7 @@ std::string LqlApi::metrics() const {
   line("larql_lql_sessions", "gauge", "live X-Session-Id sessions", m.table->size());
   line("larql_lql_sessions_evicted_total", "counter", "sessions dropped for room (least recently used)", m.table->evicted());
   line("larql_lql_sessions_expired_total", "counter", "sessions dropped after --lql-session-ttl idle", m.table->expired());
-  const char* h = "larql_lql_statement_seconds";
-  o << "# HELP " << h << " one LQL statement's run time\n# TYPE " << h << " histogram\n";
-  uint64_t cum = 0;
-  for (size_t i = 0; i < std::size(Histogram::kBounds); ++i) {
-    cum += m.latency.counts[i].load();
-    o << h << "_bucket{le=\"" << Histogram::kBounds[i] << "\"} " << cum << "\n";
-  }
-  cum += m.latency.counts[std::size(Histogram::kBounds)].load();
-  o << h << "_bucket{le=\"+Inf\"} " << cum << "\n";
-  o << h << "_sum " << static_cast<double>(m.latency.sum_us.load()) / 1e6 << "\n" << h << "_count " << m.latency.total.load() << "\n";
+  m.latency.write(o, "larql_lql_statement_seconds", "one LQL statement's run time");
   return o.str();
 }
 

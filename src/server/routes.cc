@@ -411,7 +411,7 @@ void Api::completions(const Request& req, Responder& r, bool chat) {
   const auto t_start = std::chrono::steady_clock::now();
   bool first_token = true;
   struct Timer {
-    Histogram& h;
+    LatencyHistogram& h;
     std::chrono::steady_clock::time_point t0;
     ~Timer() { h.add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); }
   } whole{duration_, t_start};
@@ -553,14 +553,6 @@ void Api::sessions(const Request& req, Responder& r) {
   }
 }
 
-void Api::Histogram::add(double seconds) {
-  size_t i = 0;
-  while (i < std::size(kBounds) && seconds > kBounds[i]) ++i;
-  ++counts[i];
-  ++total;
-  sum_us += static_cast<uint64_t>(std::max(0.0, seconds) * 1e6);
-}
-
 void Api::embeddings(const Request& req, Responder& r) {
   json body;
   try {
@@ -679,19 +671,8 @@ void Api::metrics(Responder& r) {
   gauge("larql_last_batch_size", "rows in the last decode step", s.last_batch.load());
   gauge("larql_slots", "sequences the batch holds at most", sched_.options().max_batch);
   if (http_) gauge("larql_http_connections", "open HTTP connections", http_->connections());
-  auto histogram = [&](const char* name, const char* help, const Histogram& h) {
-    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
-    uint64_t cum = 0;
-    for (size_t i = 0; i < std::size(Histogram::kBounds); ++i) {
-      cum += h.counts[i].load();
-      o << name << "_bucket{le=\"" << Histogram::kBounds[i] << "\"} " << cum << "\n";
-    }
-    cum += h.counts[std::size(Histogram::kBounds)].load();
-    o << name << "_bucket{le=\"+Inf\"} " << cum << "\n";
-    o << name << "_sum " << static_cast<double>(h.sum_us.load()) / 1e6 << "\n" << name << "_count " << h.total.load() << "\n";
-  };
-  histogram("larql_time_to_first_token_seconds", "from request to its first token", ttft_);
-  histogram("larql_request_duration_seconds", "completion and chat requests, whole", duration_);
+  ttft_.write(o, "larql_time_to_first_token_seconds", "from request to its first token");
+  duration_.write(o, "larql_request_duration_seconds", "completion and chat requests, whole");
   if (opt_.lql) o << opt_.lql->metrics();
   r.send(200, "text/plain; version=0.0.4", o.str());
 }

@@ -12,6 +12,7 @@
 #include "inference/forward.h"
 #include "kv/registry.h"
 #include "server/engine_routes.h"
+#include "server/histogram.h"
 #include "server/http.h"
 #include "server/scheduler.h"
 #include "server/sessions.h"
@@ -54,14 +55,8 @@ class Api {
   std::atomic<uint64_t> requests_{0}, errors_{0};
   std::atomic<uint64_t> next_id_{1};
   /// Latency histograms for /metrics: time to first token and whole-request time (seconds).
-  struct Histogram {
-    static constexpr double kBounds[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
-    std::atomic<uint64_t> counts[std::size(kBounds) + 1] = {};
-    std::atomic<uint64_t> total{0};
-    std::atomic<uint64_t> sum_us{0};
-    void add(double seconds);
-  };
-  Histogram ttft_, duration_;
+  LatencyHistogram ttft_{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  LatencyHistogram duration_{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 };
 
 }  // namespace larql::server

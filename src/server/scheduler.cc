@@ -11,6 +11,7 @@
 #include "compute/logits.h"
 #include "kv/generate.h"
 #include "kv/standard.h"
+#include "server/error_status.h"
 #include "util/error.h"
 
 namespace larql::server {
@@ -19,21 +20,6 @@ namespace {
 /// Prompt tokens a standard sequence reads per scheduler iteration, so a long prompt does not
 /// stall the streams already decoding (each iteration also runs one decode step for them).
 constexpr size_t kPrefillChunk = 128;
-
-int http_status_of(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::InvalidArgument:
-    case ErrorKind::Usage:
-    case ErrorKind::EmptyPrompt:
-    case ErrorKind::ContextOverflow:
-    case ErrorKind::Unsupported:
-      return 400;
-    case ErrorKind::NotFound:
-      return 404;
-    default:
-      return 500;
-  }
-}
 
 Event error_event(const Error& e) {
   Event ev;

@@ -356,6 +356,19 @@ def test_tls(larql_bin, model_path, tmp_path):
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0, timeout=60,
                           http_client=openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=str(cert)))).models.list()
+        # /v1/stream over TLS: a generate and its cancel in one write (one TLS record) — the cancel
+        # is seen within a step though the TLS layer, not the socket, holds its bytes.
+        websocket = pytest.importorskip("websocket")
+        ws = websocket.create_connection(s.url.replace("https", "wss") + "/v1/stream", timeout=60,
+                                         header=["Authorization: Bearer k"], sslopt={"ca_certs": str(cert)})
+        ws.sock.sendall(b"".join(websocket.ABNF.create_frame(json.dumps(m), websocket.ABNF.OPCODE_TEXT).format() for m in (
+            {"id": 1, "type": "generate", "prompt": "Count from 1 to 1000: 1, 2,", "max_tokens": 300, "temperature": 0},
+            {"id": 1, "type": "cancel"})))
+        frames = []
+        while not frames or frames[-1]["type"] != "done":
+            frames.append(json.loads(ws.recv()))
+        assert len([f for f in frames if f["type"] == "chunk"]) <= 2, len(frames)
+        ws.close()
         # Plain HTTP to the TLS port gets no answer a client could take for one.
         with pytest.raises(Exception):
             urllib.request.urlopen(s.url.replace("https", "http") + "/health", timeout=10)
@@ -647,6 +660,14 @@ def test_lql_sessions_keep_their_own_edits(server):
     assert m["larql_lql_statement_seconds_count"] >= 6
 
 
+def test_lql_query_with_no_statement_is_400(server):
+    """Blanks, comments and bare ';' are all "no statement": one answer for each (";;;" was 200)."""
+    for q in ("", "  \n", "-- only a comment", ";;;", " ; -- x\n ;"):
+        status, body = lql_post(server, q)
+        assert status == 400 and body["error"]["param"] == "query", (q, body)
+        assert "holds no statement" in body["error"]["message"], (q, body)
+
+
 def test_lql_file_statements_are_refused(server, tmp_path):
     statements = [f'USE "{tmp_path}"', f'BEGIN PATCH "{tmp_path / "p.vlp"}"', f'APPLY PATCH "{tmp_path / "p.vlp"}"',
                   "SAVE PATCH", "SHOW MODELS", f'DIFF CURRENT "{tmp_path}"',
@@ -718,6 +739,18 @@ def test_lql_allow_files_and_api_key(larql_bin, inference_vindex, tmp_path):
             status, body = lql_post(s, f'BEGIN PATCH "{path}"', session="w", key="k")
             assert status == 403 and "not inside" in body["error"]["message"], (path, body)
         assert not (tmp_path / "escape.vlp").exists()
+        # A directory checked at BEGIN PATCH and swapped for a link out of DIR before SAVE PATCH:
+        # SAVE resolves the path again and refuses.
+        (allowed / "sub").mkdir()
+        status, body = lql_post(s, 'BEGIN PATCH "sub/q.vlp"; INSERT INTO EDGES (entity, relation, target) VALUES '
+                                   '("Lemuria", "capital", "Mu") MODE KNN', session="swap", key="k")
+        assert status == 200, body
+        (allowed / "sub").rmdir()
+        (tmp_path / "outside").mkdir()
+        (allowed / "sub").symlink_to(tmp_path / "outside")
+        status, body = lql_post(s, "SAVE PATCH", session="swap", key="k")
+        assert status == 403 and "not inside" in body["error"]["message"], body
+        assert list((tmp_path / "outside").iterdir()) == []
         status, body = lql_post(s, 'APPLY PATCH "p.vlp"; INFER "The capital of Lemuria is" TOP 1', session="v", key="k")
         assert status == 200 and top_token(body["results"][1]) == "Mu", body
     finally:

@@ -17,6 +17,7 @@ websocket = pytest.importorskip("websocket")
 pytest.importorskip("openai")
 
 KEY = "ws-key"
+COUNT = "Count from 1 to 1000: 1, 2, 3, 4, 5,"  # greedy counting does not stop early
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,25 @@ def frames_until(ws, call_id, last_type=("done", "result", "error")):
             out.append(f)
             if f["type"] in last_type:
                 return out
+
+
+def send_together(ws, *messages):
+    """The messages as client frames (masked, RFC 6455 §5.3) in ONE write: they reach the server
+    in one read of its socket."""
+    data = b"".join(websocket.ABNF.create_frame(json.dumps(m), websocket.ABNF.OPCODE_TEXT).format()
+                    for m in messages)
+    ws.sock.sendall(data)
+
+
+def cancelled_and_left(srv, before):
+    """/metrics once no sequence runs and more than `before` jobs were cancelled (or 3 s passed).
+    Both, since the gauge is updated after the step that emits a chunk, and a cancelled call's
+    "done" may come before its job has even been admitted."""
+    deadline = time.time() + 3
+    while time.time() < deadline and ((m := srv.metrics(KEY))["larql_active_sequences"] != 0 or
+                                      m["larql_jobs_cancelled_total"] < before + 1):
+        time.sleep(0.02)
+    return m
 
 
 def test_generate_equals_http_and_streams(srv):
@@ -72,10 +92,7 @@ def test_cancel_frees_the_slot(srv):
     ws.send(json.dumps({"id": 7, "type": "cancel"}))
     frames = frames_until(ws, 7)
     assert frames[-1]["type"] == "done"
-    deadline = time.time() + 2  # the scheduler drops the job at its next step
-    while time.time() < deadline and srv.metrics(KEY)["larql_active_sequences"] != 0:
-        time.sleep(0.02)
-    m = srv.metrics(KEY)
+    m = cancelled_and_left(srv, 0)  # the scheduler drops the job at its next step
     assert m["larql_active_sequences"] == 0
     assert m["larql_jobs_cancelled_total"] >= 1
     # The socket still serves after the cancel.
@@ -91,11 +108,8 @@ def test_closing_the_socket_frees_the_slot(srv):
     while json.loads(ws.recv())["type"] != "chunk":
         pass
     ws.sock.close()  # gone without a close frame
-    deadline = time.time() + 3
-    while time.time() < deadline and srv.metrics(KEY)["larql_active_sequences"] != 0:
-        time.sleep(0.02)
-    m = srv.metrics(KEY)
-    assert m["larql_active_sequences"] == 0 and m["larql_jobs_cancelled_total"] == before + 1
+    m = cancelled_and_left(srv, before)
+    assert m["larql_active_sequences"] == 0 and m["larql_jobs_cancelled_total"] >= before + 1
 
 
 def test_bad_messages_and_auth(srv):
@@ -110,7 +124,22 @@ def test_bad_messages_and_auth(srv):
         ws.send(msg)
         f = json.loads(ws.recv())
         assert f["type"] == "error" and f["status"] == 400 and needle in f["data"]["error"]["message"], f
+    # A binary message is refused by name (messages are JSON text), and the socket still serves.
+    ws.send_binary(json.dumps({"id": 4, "type": "http", "method": "GET", "path": "/health"}).encode())
+    f = json.loads(ws.recv())
+    assert f["type"] == "error" and f["status"] == 400 and "binary" in f["data"]["error"]["message"], f
+    ws.send(json.dumps({"id": 5, "type": "http", "method": "GET", "path": "/health"}))
+    assert frames_until(ws, 5)[-1]["status"] == 200
     ws.close()
+    # Subprotocols: the server answers with one offered (RFC 6455 §4.2.2) — `larql`; an offer
+    # without it (only the key, or a look-alike) is refused by name, not answered with none.
+    ws = connect(srv, subprotocols=["larql", f"bearer.{KEY}"])
+    assert ws.getsubprotocol() == "larql"
+    ws.close()
+    for offer in ([f"bearer.{KEY}"], ["larqlx", f"bearer.{KEY}"]):
+        with pytest.raises(websocket.WebSocketBadStatusException) as e:
+            connect(srv, subprotocols=offer)
+        assert e.value.status_code == 400 and b"larql" in e.value.resp_body, offer
     # WebSocket elsewhere than /v1/stream is refused.
     with pytest.raises(websocket.WebSocketBadStatusException) as e:
         websocket.create_connection(srv.url.replace("http", "ws") + "/v1/models", timeout=10,
@@ -123,20 +152,16 @@ def test_bad_messages_and_auth(srv):
 def test_queued_calls_cancel_and_overflow_keep_their_ids(srv):
     ws = connect(srv, header=[f"Authorization: Bearer {KEY}"])
     # "a" runs long (greedy counting does not stop early) until it is cancelled at the end.
-    ws.send(json.dumps({"id": "a", "type": "generate", "prompt": "Count from 1 to 1000: 1, 2, 3, 4, 5,",
+    ws.send(json.dumps({"id": "a", "type": "generate", "prompt": COUNT,
                         "max_tokens": 3000, "temperature": 0}))
     while json.loads(ws.recv())["type"] != "chunk":  # "a" is running
         pass
-    # Messages spaced so each arrives on its own (docs/server.md: messages that arrive together
-    # with an earlier one wait unseen until the running call ends — a known limit).
-    def send(m):
-        ws.send(json.dumps(m))
-        time.sleep(0.15)
-    send({"id": "b", "type": "generate", "prompt": PROMPT, "max_tokens": 200, "temperature": 1})
-    send({"id": "b", "type": "cancel"})  # "b" waits behind "a": dropped before it runs
-    for i in range(20):  # 16 may wait; the other 4 are refused, each with its own id
-        send({"id": f"q{i}", "type": "http", "method": "GET", "path": "/health"})
-    send({"id": "a", "type": "cancel"})
+    # All in one write: the server reads them from its buffer, not from the socket (the burst case).
+    send_together(ws, {"id": "b", "type": "generate", "prompt": PROMPT, "max_tokens": 200, "temperature": 1},
+                  {"id": "b", "type": "cancel"},  # "b" waits behind "a": dropped before it runs
+                  # 16 may wait; the other 4 are refused, each with its own id
+                  *({"id": f"q{i}", "type": "http", "method": "GET", "path": "/health"} for i in range(20)),
+                  {"id": "a", "type": "cancel"})
     seen: dict = {}
     while len([k for k in seen if k.startswith("q")]) < 20 or "a" not in seen or "b" not in seen:
         f = json.loads(ws.recv())
@@ -145,4 +170,34 @@ def test_queued_calls_cancel_and_overflow_keep_their_ids(srv):
     assert seen["a"][-1]["type"] == "done"
     refused = sorted(k for k, fs in seen.items() if k.startswith("q") and fs[0]["status"] == 429)
     assert len(refused) == 4 and None not in seen, (refused, list(seen))
+    ws.close()
+
+
+def test_cancel_sent_with_its_generate_stops_it_within_a_step(srv):
+    ws = connect(srv, header=[f"Authorization: Bearer {KEY}"])
+    before = cancelled_and_left(srv, -1)["larql_jobs_cancelled_total"]
+    send_together(ws, {"id": "g", "type": "generate", "prompt": COUNT, "max_tokens": 300, "temperature": 0},
+                  {"id": "g", "type": "cancel"})
+    frames = frames_until(ws, "g")
+    assert frames[-1]["type"] == "done"
+    # The cancel is read at the first wait, after the first decode step: at most that step's chunk
+    # (the old server read it only after all 300 tokens).
+    assert len([f for f in frames if f["type"] == "chunk"]) <= 2, len(frames)
+    m = cancelled_and_left(srv, before)
+    assert m["larql_active_sequences"] == 0 and m["larql_jobs_cancelled_total"] >= before + 1
+    # A generate and a describe together: both answered, in order; then a burst of generate,
+    # describe and the generate's cancel: the generate stops within a step, the describe is answered.
+    send_together(ws, {"id": 1, "type": "generate", "prompt": PROMPT, "max_tokens": 4, "temperature": 0},
+                  {"id": 2, "type": "describe", "entity": "France"})
+    assert frames_until(ws, 1)[-1]["type"] == "done"
+    (d,) = frames_until(ws, 2)
+    assert d["type"] in ("result", "error") and d["status"] > 0
+    send_together(ws, {"id": 3, "type": "generate", "prompt": COUNT, "max_tokens": 300, "temperature": 0},
+                  {"id": 4, "type": "describe", "entity": "France"}, {"id": 3, "type": "cancel"})
+    seen: dict = {}
+    while 3 not in seen or seen[3][-1]["type"] != "done" or 4 not in seen:
+        f = json.loads(ws.recv())
+        seen.setdefault(f["id"], []).append(f)
+    assert len([f for f in seen[3] if f["type"] == "chunk"]) <= 2
+    assert [(f["type"], f["status"]) for f in seen[4]] == [(d["type"], d["status"])]  # as the one before
     ws.close()

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/request_json.h"
+#include "server/ws_read_layer.h"
 #include "util/error.h"
 
 namespace larql::server {
@@ -94,6 +95,21 @@ TEST(RequestJson, DepthIsCapped) {
   EXPECT_THROW(parse_request_json(std::string(65, '[') + std::string(65, ']')), Error);
   EXPECT_THROW(parse_request_json(std::string(10000, '[') + std::string(10000, ']')), Error);
   EXPECT_THROW(parse_request_json("{\"a\": \"\xff\"}"), Error);  // invalid UTF-8
+}
+
+// RFC 6455 §5.7's examples: a masked "Hello" is 2 + 4 + 5 bytes; 256 bytes take a 16-bit
+// length, 64 KiB a 64-bit one. Too few bytes to say: 0.
+TEST(WebSocket, FrameLengthFromItsHeader) {
+  const unsigned char hello[] = {0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58};
+  EXPECT_EQ(ws_frame_length(hello, sizeof hello), 11u);
+  EXPECT_EQ(ws_frame_length(hello, 5), 0u);  // the masking key not all here yet
+  EXPECT_EQ(ws_frame_length(hello, 1), 0u);
+  const unsigned char b256[] = {0x82, 0x7e, 0x01, 0x00};
+  EXPECT_EQ(ws_frame_length(b256, sizeof b256), 4u + 256u);
+  const unsigned char b64k[] = {0x82, 0x7f, 0, 0, 0, 0, 0, 1, 0, 0};
+  EXPECT_EQ(ws_frame_length(b64k, sizeof b64k), 10u + 65536u);
+  const unsigned char huge[] = {0x82, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4};
+  EXPECT_EQ(ws_frame_length(huge, sizeof huge), UINT64_MAX);
 }
 
 }  // namespace
