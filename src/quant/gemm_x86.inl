@@ -26,6 +26,13 @@
 #include "quant/blocks.h"
 #include "quant/gemm.h"
 
+#ifndef LARQL_GEMV_ROWS  // weight rows per decode micro-kernel call
+#define LARQL_GEMV_ROWS 4
+#endif
+#ifndef LARQL_GEMV_PREFETCH
+#define LARQL_GEMV_PREFETCH 2048
+#endif
+
 #ifndef LARQL_GEMM_DPBUSD  // AVX2: never called (every use sits behind `if constexpr (kVnni)`)
 #define LARQL_GEMM_DPBUSD(acc, u, s) (acc)
 #endif
@@ -396,56 +403,94 @@ inline int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-inline __m128 f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
-  const uint64_t v = uint64_t(a) | uint64_t(b) << 16 | uint64_t(c) << 32 | uint64_t(d) << 48;
-  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
+inline uint64_t f16x4_bits(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+  return uint64_t(a) | uint64_t(b) << 16 | uint64_t(c) << 32 | uint64_t(d) << 48;
 }
 
-// One row: the row kernel's float order (dot_avx2.cc dot_q_x_q8_0), with the activation scales
-// already in f32 and the offset removed through the block sums.
-template <typename Block>
-float gemv_row(const Block* x, int64_t nb, const uint8_t* aq, const float* ad, const int32_t* as) {
-  constexpr int kShift = offset_of<Block>() == 128 ? 7 : offset_of<Block>() == 16 ? 4 : 3;
-  __m128 acc4 = _mm_setzero_ps();
+// Bytes ahead of the current block that the decode kernels prefetch: a few rows ahead in a
+// matrix's row-major storage, so the lines are in flight before the rows are reached.
+constexpr int kPrefetchAhead = LARQL_GEMV_PREFETCH;
+
+// R rows (R even) against one activation row: out[r] = the row kernel's result for x[r], bit for
+// bit (dot_avx2.cc dot_q_x_q8_0's float order, with the activation scales already in f32 and the
+// weights' offset removed through the block sums). Per 4 blocks the R x 4 block sums are reduced
+// with hadds and two rows share one 256-bit float step: lanes 0..3 are row 2p's accumulators 0..3,
+// lanes 4..7 row 2p+1's, so the per-lane float operations are the row kernel's 4-wide ones.
+template <typename Block, int R>
+void gemv_rows(const Block* const x[R], int64_t nb, const uint8_t* aq, const float* ad, const int32_t* as,
+               float* out) {
+  static_assert(R % 2 == 0, "rows go in pairs");
+  constexpr int kOff = offset_of<Block>();
+  constexpr int kShift = kOff == 128 ? 7 : kOff == 16 ? 4 : 3;
+  constexpr size_t kStep = 4 * sizeof(Block);
+  __m256 acc[R / 2];
+  for (int p = 0; p < R / 2; ++p) acc[p] = _mm256_setzero_ps();
   int64_t ib = 0;
   for (; ib + 3 < nb; ib += 4) {
-    const __m128 dx = f16x4(x[ib].d, x[ib + 1].d, x[ib + 2].d, x[ib + 3].d);
-    const __m256i s0 = block_sums(x[ib], aq + ib * sizeof(BlockQ8_0));
-    const __m256i s1 = block_sums(x[ib + 1], aq + (ib + 1) * sizeof(BlockQ8_0));
-    const __m256i s2 = block_sums(x[ib + 2], aq + (ib + 2) * sizeof(BlockQ8_0));
-    const __m256i s3 = block_sums(x[ib + 3], aq + (ib + 3) * sizeof(BlockQ8_0));
-    const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
-    __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-    if constexpr (offset_of<Block>() != 0)
-      sums = _mm_sub_epi32(sums, _mm_slli_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(as + ib)), kShift));
-    acc4 = _mm_fmadd_ps(_mm_mul_ps(dx, _mm_loadu_ps(ad + ib)), _mm_cvtepi32_ps(sums), acc4);
+    const uint8_t* y = aq + ib * sizeof(BlockQ8_0);
+    __m256i h[R];
+    for (int r = 0; r < R; ++r) {
+      const char* pf = reinterpret_cast<const char*>(x[r] + ib) + kPrefetchAhead;
+      for (size_t o = 0; o < kStep; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      const __m256i s0 = block_sums(x[r][ib], y);
+      const __m256i s1 = block_sums(x[r][ib + 1], y + sizeof(BlockQ8_0));
+      const __m256i s2 = block_sums(x[r][ib + 2], y + 2 * sizeof(BlockQ8_0));
+      const __m256i s3 = block_sums(x[r][ib + 3], y + 3 * sizeof(BlockQ8_0));
+      h[r] = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+    }
+    const __m256 dy = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ad + ib));
+    [[maybe_unused]] __m256i off;
+    if constexpr (kOff != 0)
+      off = _mm256_slli_epi32(
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(as + ib))), kShift);
+    for (int p = 0; p < R / 2; ++p) {
+      const __m256i a = h[2 * p], b = h[2 * p + 1];
+      __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+      if constexpr (kOff != 0) sums = _mm256_sub_epi32(sums, off);
+      const Block* x0 = x[2 * p] + ib;
+      const Block* x1 = x[2 * p + 1] + ib;
+      const __m128i dh = _mm_set_epi64x(static_cast<long long>(f16x4_bits(x1[0].d, x1[1].d, x1[2].d, x1[3].d)),
+                                        static_cast<long long>(f16x4_bits(x0[0].d, x0[1].d, x0[2].d, x0[3].d)));
+      acc[p] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtph_ps(dh), dy), _mm256_cvtepi32_ps(sums), acc[p]);
+    }
   }
-  if (ib < nb) {
-    alignas(16) float lanes[4];
-    _mm_store_ps(lanes, acc4);
+  alignas(32) float lanes[R][4];
+  for (int p = 0; p < R / 2; ++p) _mm256_store_ps(lanes[2 * p], acc[p]);
+  for (int r = 0; r < R; ++r) {
+    // Blocks left over (nb not a multiple of 4): block ib + k still goes to accumulator k.
     for (int k = 0; ib + k < nb; ++k) {
       const int64_t b = ib + k;
-      const int32_t isum = hsum_i32(block_sums(x[b], aq + b * sizeof(BlockQ8_0))) - offset_of<Block>() * as[b];
-      lanes[k] = std::fma(f16(x[b].d) * ad[b], static_cast<float>(isum), lanes[k]);
+      const int32_t isum = hsum_i32(block_sums(x[r][b], aq + b * sizeof(BlockQ8_0))) - kOff * as[b];
+      lanes[r][k] = std::fma(f16(x[r][b].d) * ad[b], static_cast<float>(isum), lanes[r][k]);
     }
-    acc4 = _mm_load_ps(lanes);
+    out[r] = (lanes[r][0] + lanes[r][2]) + (lanes[r][1] + lanes[r][3]);
   }
-  acc4 = _mm_add_ps(acc4, _mm_movehl_ps(acc4, acc4));
-  acc4 = _mm_add_ss(acc4, _mm_movehdup_ps(acc4));
-  return _mm_cvtss_f32(acc4);
 }
 
 template <typename Block>
 void gemv_b32(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1, const GemmActs& a,
               float* y, int64_t ldy) {
+  constexpr int R = LARQL_GEMV_ROWS;
   const int64_t nb = cols / QK8_0;
+  auto row = [&](int64_t r) { return reinterpret_cast<const Block*>(w_data + static_cast<size_t>(r) * w_row_bytes); };
   for (int64_t t = 0; t < a.n; ++t) {
     const uint8_t* aq = a.rows + static_cast<size_t>(t) * a.row_bytes + 2;
     const float* ad = a.scale + t * nb;
     const int32_t* as = a.sum + t * nb;
-    for (int64_t r = r0; r < r1; ++r)
-      y[t * ldy + r] = gemv_row(reinterpret_cast<const Block*>(w_data + static_cast<size_t>(r) * w_row_bytes), nb, aq,
-                                ad, as);
+    float* yt = y + t * ldy;
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) {
+      const Block* x[R];
+      for (int i = 0; i < R; ++i) x[i] = row(r + i);
+      gemv_rows<Block, R>(x, nb, aq, ad, as, yt + r);
+    }
+    for (; r < r1; r += 2) {  // the last rows in pairs; an odd last row is computed twice
+      const Block* x[2] = {row(r), row(std::min(r + 1, r1 - 1))};
+      float o[2];
+      gemv_rows<Block, 2>(x, nb, aq, ad, as, o);
+      yt[r] = o[0];
+      if (r + 1 < r1) yt[r + 1] = o[1];
+    }
   }
 }
 
