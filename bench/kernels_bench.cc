@@ -140,7 +140,7 @@ void BM_Gemv(benchmark::State& state) {
     state.SkipWithError("variant not available on this CPU");
     return;
   }
-  const int64_t cols = 640;
+  const int64_t cols = decode_cols(t);
   const size_t wrb = *larql::row_bytes(t, cols);
   const int64_t rows = static_cast<int64_t>((512ull << 20) / wrb);
   std::vector<uint8_t> w(wrb * rows);

@@ -8,6 +8,7 @@
 #define LARQL_GEMM_VNNI 1
 #define LARQL_GEMM_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #define LARQL_GEMV_ENTRY gemv_avx512vnni
+#define LARQL_GEMM_DPWSSD(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 #include "quant/gemm_x86.inl"
 
 namespace larql::quant::detail {

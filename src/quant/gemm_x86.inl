@@ -494,6 +494,160 @@ void gemv_b32(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r
   }
 }
 
+// ---- decode: K-quants, 4 weight rows per step -------------------------------------------------
+
+// acc + madd(sc, p16): one dpwssd under VNNI. Exact int32 either way (wrapping like the scalar sums).
+inline __m256i madd_acc(__m256i acc, __m256i p16, __m256i sc) {
+#ifdef LARQL_GEMM_DPWSSD
+  return LARQL_GEMM_DPWSSD(acc, sc, p16);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(sc, p16));
+#endif
+}
+// [sum of v0's lanes, ..., sum of v3's lanes].
+inline __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+inline __m128i hsum4_i32(__m128i v0, __m128i v1, __m128i v2, __m128i v3) {
+  return _mm_hadd_epi32(_mm_hadd_epi32(v0, v1), _mm_hadd_epi32(v2, v3));
+}
+template <typename Block>
+inline void prefetch_block(const Block* b) {
+  const char* p = reinterpret_cast<const char*>(b) + kPrefetchAhead;
+  for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+// Q4_K: the 12 packed scale bytes -> 8 scales (bytes 0..7) then 8 mins (8..15) as int16
+// (ggml-cpu quants.c's kmask shuffle, as dot_avx2.cc).
+inline __m256i q4k_mins_and_scales(const uint8_t* scales) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t utmp[4];
+  std::memcpy(utmp, scales, 12);
+  utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+  const uint32_t uaux = utmp[1] & kmask1;
+  utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+  utmp[2] = uaux;
+  utmp[0] &= kmask1;
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(utmp[3]), static_cast<int>(utmp[2]),
+                                            static_cast<int>(utmp[1]), static_cast<int>(utmp[0])));
+}
+inline __m256i scale16(__m256i scales, int k) {  // int16 scale k of 8, in all 16 lanes
+  return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(((2 * k + 1) << 8) | (2 * k))));
+}
+inline __m128 f16x4_ps(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(f16x4_bits(a, b, c, d))));
+}
+
+// Four rows against one Q8_K activation row. Per row and super-block the exact integer sums of
+// dot_avx2.cc dot_q4_k, then its float step sumf += d * float(sumi) - dmin * float(summ) (d =
+// y.d * f16(x.d), dmin = y.d * f16(x.dmin)), done for the 4 rows in the 4 lanes of one vector:
+// per lane the same operations in the same order, so each result equals the row kernel's bits.
+void gemv_q4k_rows(const BlockQ4K* const x[4], int64_t nsb, const BlockQ8K* y, float out[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t i = 0; i < nsb; ++i) {
+    const BlockQ8K& yb = y[i];
+    const __m256i q8sums = load256(yb.bsums);
+    const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+    __m256i sumi[4], scales[4];
+    __m128i summ[4];
+    for (int r = 0; r < 4; ++r) {
+      prefetch_block(x[r] + i);
+      const __m256i ms = q4k_mins_and_scales(x[r][i].scales);
+      summ[r] = _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s);
+      const __m128i sc = _mm256_castsi256_si128(ms);
+      scales[r] = _mm256_set_m128i(sc, sc);
+      sumi[r] = _mm256_setzero_si256();
+    }
+    for (int j = 0; j < QK_K / 64; ++j) {
+      const __m256i q8l = load256(yb.qs + 64 * j), q8h = load256(yb.qs + 64 * j + 32);
+      for (int r = 0; r < 4; ++r) {
+        const __m256i q4 = load256(x[r][i].qs + 32 * j);
+        const __m256i q4l = _mm256_and_si256(q4, m4), q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        sumi[r] = madd_acc(sumi[r], _mm256_maddubs_epi16(q4l, q8l), scale16(scales[r], 2 * j));
+        sumi[r] = madd_acc(sumi[r], _mm256_maddubs_epi16(q4h, q8h), scale16(scales[r], 2 * j + 1));
+      }
+    }
+    const __m128 yd = _mm_set1_ps(yb.d);
+    const __m128 d = _mm_mul_ps(yd, f16x4_ps(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d));
+    const __m128 dmin = _mm_mul_ps(yd, f16x4_ps(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin));
+    const __m128 si = _mm_cvtepi32_ps(hsum4_i32(sumi[0], sumi[1], sumi[2], sumi[3]));
+    const __m128 sm = _mm_cvtepi32_ps(hsum4_i32(summ[0], summ[1], summ[2], summ[3]));
+    acc = _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(d, si), _mm_mul_ps(dmin, sm)));
+  }
+  _mm_storeu_ps(out, acc);
+}
+
+// 16 bytes: scale 2k repeated 8 times, then scale 2k+1 repeated 8 times.
+inline __m128i q6_scale_shuffle(int k) {
+  const char a = static_cast<char>(2 * k), b = static_cast<char>(2 * k + 1);
+  return _mm_set_epi8(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+}
+
+// Four rows of Q6_K: per row the exact integer sum of dot_avx2.cc dot_q6_k (the -32 offset taken
+// through the activation's block sums: sum_g sc_g * 32 * bsum_g), then sumf += (f16(x.d) * y.d) *
+// float(sumi) per lane as in gemv_q4k_rows.
+void gemv_q6k_rows(const BlockQ6K* const x[4], int64_t nsb, const BlockQ8K* y, float out[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t i = 0; i < nsb; ++i) {
+    const BlockQ8K& yb = y[i];
+    const __m256i bsums = load256(yb.bsums);
+    __m256i sumi[4];
+    __m128i scales[4];
+    for (int r = 0; r < 4; ++r) {
+      prefetch_block(x[r] + i);
+      scales[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][i].scales));
+      sumi[r] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales[r]), bsums);  // sum_g sc_g * bsum_g
+      sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sumi[r], 5));
+    }
+    for (int j = 0; j < QK_K / 128; ++j) {
+      const int8_t* q8 = yb.qs + 128 * j;
+      const __m256i q8k[4] = {load256(q8), load256(q8 + 32), load256(q8 + 64), load256(q8 + 96)};
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* ql = x[r][i].ql + 64 * j;
+        const __m256i q4bits1 = load256(ql), q4bits2 = load256(ql + 32);
+        const __m256i q4bitsH = load256(x[r][i].qh + 32 * j);
+        const __m256i q6[4] = {
+            _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4)),
+            _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4)),
+        };
+        for (int k = 0; k < 4; ++k) {
+          const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales[r], q6_scale_shuffle(4 * j + k)));
+          sumi[r] = madd_acc(sumi[r], _mm256_maddubs_epi16(q6[k], q8k[k]), sc);
+        }
+      }
+    }
+    const __m128 d = _mm_mul_ps(f16x4_ps(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d), _mm_set1_ps(yb.d));
+    acc = _mm_add_ps(acc, _mm_mul_ps(d, _mm_cvtepi32_ps(hsum4_i32(sumi[0], sumi[1], sumi[2], sumi[3]))));
+  }
+  _mm_storeu_ps(out, acc);
+}
+
+// Rows [r0, r1) four at a time; the last group repeats the final row where fewer than 4 are left.
+template <typename Block, typename Rows4>
+void gemv_k(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1, const GemmActs& a,
+            float* y, int64_t ldy, Rows4&& rows4) {
+  const int64_t nsb = cols / QK_K;
+  for (int64_t t = 0; t < a.n; ++t) {
+    const auto* yt = reinterpret_cast<const BlockQ8K*>(a.rows + static_cast<size_t>(t) * a.row_bytes);
+    for (int64_t r = r0; r < r1; r += 4) {
+      const Block* x[4];
+      for (int i = 0; i < 4; ++i)
+        x[i] = reinterpret_cast<const Block*>(w_data + static_cast<size_t>(std::min(r + i, r1 - 1)) * w_row_bytes);
+      float o[4];
+      rows4(x, nsb, yt, o);
+      std::memcpy(y + t * ldy + r, o, sizeof(float) * static_cast<size_t>(std::min<int64_t>(4, r1 - r)));
+    }
+  }
+}
+
 // ---- driver ----------------------------------------------------------------------------------
 
 // Runs MK<NT> over every activation row of [0, a.n), NT at a time, then the remainder.
@@ -553,6 +707,8 @@ void LARQL_GEMV_ENTRY(DType w, int64_t cols, const uint8_t* w_data, size_t w_row
     case DType::Q4_0: return gemv_b32<BlockQ4_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
     case DType::Q5_0: return gemv_b32<BlockQ5_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
     case DType::Q8_0: return gemv_b32<BlockQ8_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
+    case DType::Q4_K: return gemv_k<BlockQ4K>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy, gemv_q4k_rows);
+    case DType::Q6_K: return gemv_k<BlockQ6K>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy, gemv_q6k_rows);
     default: return;  // gemv_supported() is false for every other type
   }
 }
