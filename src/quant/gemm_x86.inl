@@ -30,7 +30,7 @@
 #define LARQL_GEMV_ROWS 4
 #endif
 #ifndef LARQL_GEMV_PREFETCH
-#define LARQL_GEMV_PREFETCH 2048
+#define LARQL_GEMV_PREFETCH 4096
 #endif
 
 #ifndef LARQL_GEMM_DPBUSD  // AVX2: never called (every use sits behind `if constexpr (kVnni)`)
