@@ -3,7 +3,8 @@
 //   Gemm/<type>/.../<variant>    tiled prefill kernel, one thread, one layer-shaped matrix;
 //                                GOP/s counts 2 ops per multiply-add.
 //   RowDot/<type>                decode's row kernel over a matrix larger than the last-level
-//                                cache (the lm_head case): GB/s of weights read.
+//                                cache (the lm_head case): GB/s of weights read; 640 columns
+//                                (2048 for the K-quants, the down projection's).
 //   Gemv/<type>/<variant>        the same through quant::gemv (decode's path in matmul).
 //   ReadBandwidth                plain streaming read of the same size: the decode roofline.
 //   Int8Peak/<isa>               a register-only chain of int8 dot instructions: the int8 peak.

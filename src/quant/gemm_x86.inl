@@ -1,7 +1,8 @@
 // The tiled kernels of quant/gemm.h, written once and compiled per ISA: gemm_avx2.cc (maddubs +
 // madd), gemm_avxvnni.cc and gemm_avx512vnni.cc (256-bit dpbusd, VEX or EVEX encoded). The
 // including file defines LARQL_GEMM_VNNI (0/1), LARQL_GEMM_DPBUSD(acc, u8, s8) when VNNI, and
-// LARQL_GEMV_ENTRY and (optionally) LARQL_GEMM_ENTRY: the exported functions' names.
+// LARQL_GEMV_ENTRY and (optionally) LARQL_GEMM_ENTRY: the exported functions' names; VNNI files
+// also define LARQL_GEMM_DPWSSD(acc, a, b) (int16 pairs multiply-add into acc, for the K-quant gemv).
 //
 // Everything but the entry point lives in an anonymous namespace: the same templates compiled
 // with different target flags must never be merged by the linker.
