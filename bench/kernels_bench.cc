@@ -5,7 +5,9 @@
 //   RowDot/<type>                decode's row kernel over a matrix larger than the last-level
 //                                cache (the lm_head case): GB/s of weights read; 640 columns
 //                                (2048 for the K-quants, the down projection's).
-//   Gemv/<type>/<variant>        the same through quant::gemv (decode's path in matmul).
+//   Gemv/<type>/<variant>/<hot>  the same through quant::gemv (decode's path in matmul); hot:1
+//                                runs over 1 MiB of weights instead (cache-resident: the
+//                                kernel's compute ceiling).
 //   ReadBandwidth                plain streaming read of the same size: the decode roofline.
 //   Int8Peak/<isa>               a register-only chain of int8 dot instructions: the int8 peak.
 //   Attention/<keys>             compute::attend_group, 4 heads of 256 over `keys` K/V rows.
@@ -143,7 +145,8 @@ void BM_Gemv(benchmark::State& state) {
   }
   const int64_t cols = decode_cols(t);
   const size_t wrb = *larql::row_bytes(t, cols);
-  const int64_t rows = static_cast<int64_t>((512ull << 20) / wrb);
+  // range(2) == 1: 1 MiB of weights (cache-resident: the kernel's compute ceiling).
+  const int64_t rows = static_cast<int64_t>(((state.range(2) == 1 ? 1ull : 512ull) << 20) / wrb);
   std::vector<uint8_t> w(wrb * rows);
   std::mt19937 rng(3);
   for (size_t i = 0; i < w.size(); i += 4096) w[i] = static_cast<uint8_t>(rng());
@@ -167,8 +170,9 @@ void BM_Gemv(benchmark::State& state) {
 }
 void GemvArgs(benchmark::internal::Benchmark* b) {
   for (DType t : {DType::Q8_0, DType::Q5_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
-    for (int v : {0, 1, 2}) b->Args({static_cast<int64_t>(t), v});
-  b->ArgNames({"type", "variant"});
+    for (int hot : {0, 1})
+      for (int v : {0, 1, 2}) b->Args({static_cast<int64_t>(t), v, hot});
+  b->ArgNames({"type", "variant", "hot"});
   b->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_Gemv)->Apply(GemvArgs);

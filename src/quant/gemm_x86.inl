@@ -98,7 +98,15 @@ struct PanelB32 {
 // Unsigned bytes of one block and the offset that was added to make them unsigned.
 inline __m256i bytes_of(const BlockQ4_0& b) { return nibbles_32(b.qs); }
 inline __m256i bytes_of(const BlockQ5_0& b) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  // The 5th bits as a byte mask: one masked add instead of bits_32's broadcast, shuffle and compare.
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, sizeof(qh));
+  const __m256i lo = nibbles_32(b.qs);
+  return _mm256_mask_add_epi8(lo, static_cast<__mmask32>(qh), lo, _mm256_set1_epi8(16));
+#else
   return _mm256_or_si256(nibbles_32(b.qs), _mm256_and_si256(bits_32(b.qh), _mm256_set1_epi8(16)));
+#endif
 }
 inline __m256i bytes_of(const BlockQ8_0& b) {
   const __m256i q = load256(b.qs);
