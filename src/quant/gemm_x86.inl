@@ -482,24 +482,25 @@ void gemv_b32(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r
   constexpr int R = LARQL_GEMV_ROWS;
   const int64_t nb = cols / QK8_0;
   auto row = [&](int64_t r) { return reinterpret_cast<const Block*>(w_data + static_cast<size_t>(r) * w_row_bytes); };
-  for (int64_t t = 0; t < a.n; ++t) {
-    const uint8_t* aq = a.rows + static_cast<size_t>(t) * a.row_bytes + 2;
-    const float* ad = a.scale + t * nb;
-    const int32_t* as = a.sum + t * nb;
-    float* yt = y + t * ldy;
-    int64_t r = r0;
-    for (; r + R <= r1; r += R) {
-      const Block* x[R];
-      for (int i = 0; i < R; ++i) x[i] = row(r + i);
-      gemv_rows<Block, R>(x, nb, aq, ad, as, yt + r);
+  // Rows outer, tokens inner: a group's rows stay in L1 while every activation row passes.
+  auto tokens = [&](auto nrows, const Block* const* x, int64_t r, int valid) {
+    constexpr int N = decltype(nrows)::value;
+    for (int64_t t = 0; t < a.n; ++t) {
+      float o[N];
+      gemv_rows<Block, N>(x, nb, a.rows + static_cast<size_t>(t) * a.row_bytes + 2, a.scale + t * nb,
+                          a.sum + t * nb, o);
+      std::memcpy(y + t * ldy + r, o, sizeof(float) * static_cast<size_t>(valid));
     }
-    for (; r < r1; r += 2) {  // the last rows in pairs; an odd last row is computed twice
-      const Block* x[2] = {row(r), row(std::min(r + 1, r1 - 1))};
-      float o[2];
-      gemv_rows<Block, 2>(x, nb, aq, ad, as, o);
-      yt[r] = o[0];
-      if (r + 1 < r1) yt[r + 1] = o[1];
-    }
+  };
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    const Block* x[R];
+    for (int i = 0; i < R; ++i) x[i] = row(r + i);
+    tokens(std::integral_constant<int, R>{}, x, r, R);
+  }
+  for (; r < r1; r += 2) {  // the last rows in pairs; an odd last row is computed twice
+    const Block* x[2] = {row(r), row(std::min(r + 1, r1 - 1))};
+    tokens(std::integral_constant<int, 2>{}, x, r, static_cast<int>(std::min<int64_t>(2, r1 - r)));
   }
 }
 
@@ -644,14 +645,13 @@ template <typename Block, typename Rows4>
 void gemv_k(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1, const GemmActs& a,
             float* y, int64_t ldy, Rows4&& rows4) {
   const int64_t nsb = cols / QK_K;
-  for (int64_t t = 0; t < a.n; ++t) {
-    const auto* yt = reinterpret_cast<const BlockQ8K*>(a.rows + static_cast<size_t>(t) * a.row_bytes);
-    for (int64_t r = r0; r < r1; r += 4) {
-      const Block* x[4];
-      for (int i = 0; i < 4; ++i)
-        x[i] = reinterpret_cast<const Block*>(w_data + static_cast<size_t>(std::min(r + i, r1 - 1)) * w_row_bytes);
+  for (int64_t r = r0; r < r1; r += 4) {  // rows outer: the group stays in L1 across the tokens
+    const Block* x[4];
+    for (int i = 0; i < 4; ++i)
+      x[i] = reinterpret_cast<const Block*>(w_data + static_cast<size_t>(std::min(r + i, r1 - 1)) * w_row_bytes);
+    for (int64_t t = 0; t < a.n; ++t) {
       float o[4];
-      rows4(x, nsb, yt, o);
+      rows4(x, nsb, reinterpret_cast<const BlockQ8K*>(a.rows + static_cast<size_t>(t) * a.row_bytes), o);
       std::memcpy(y + t * ldy + r, o, sizeof(float) * static_cast<size_t>(std::min<int64_t>(4, r1 - r)));
     }
   }
