@@ -3,8 +3,11 @@
 //   Gemm/<type>/.../<variant>    tiled prefill kernel, one thread, one layer-shaped matrix;
 //                                GOP/s counts 2 ops per multiply-add.
 //   RowDot/<type>                decode's row kernel over a matrix larger than the last-level
-//                                cache (the lm_head case): GB/s of weights read.
-//   Gemv/<type>/<variant>        the same through quant::gemv (decode's path in matmul).
+//                                cache (the lm_head case): GB/s of weights read; 640 columns
+//                                (2048 for the K-quants, the down projection's).
+//   Gemv/<type>/<variant>/<hot>  the same through quant::gemv (decode's path in matmul); hot:1
+//                                runs over 1 MiB of weights instead (cache-resident: the
+//                                kernel's compute ceiling).
 //   ReadBandwidth                plain streaming read of the same size: the decode roofline.
 //   Int8Peak/<isa>               a register-only chain of int8 dot instructions: the int8 peak.
 //   Attention/<keys>             compute::attend_group, 4 heads of 256 over `keys` K/V rows.
@@ -98,11 +101,15 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs);
 
+// Row length of the decode benchmarks: the model's 640 for the 32-element formats, the FFN's
+// 2048 (the down projection's) for the K-quants, whose blocks hold 256.
+int64_t decode_cols(DType t) { return t == DType::Q4_K || t == DType::Q6_K || t == DType::Q5_K ? 2048 : 640; }
+
 // Decode: rows of `type` against one activation, over 512 MiB-ish of weights so the caches
 // cannot hold them (the Q8_0 lm_head is 168 MiB; this machine class has up to 480 MiB of L3).
 void BM_RowDot(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
-  const int64_t cols = 640;
+  const int64_t cols = decode_cols(t);
   const size_t wrb = *larql::row_bytes(t, cols);
   const int64_t rows = static_cast<int64_t>((512ull << 20) / wrb);
   std::vector<uint8_t> w(wrb * rows);
@@ -122,18 +129,24 @@ void BM_RowDot(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) / 1e9,
                                               benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_RowDot)->Arg(static_cast<int64_t>(DType::Q8_0))->Arg(static_cast<int64_t>(DType::Q5_0))->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RowDot)
+    ->Arg(static_cast<int64_t>(DType::Q8_0))
+    ->Arg(static_cast<int64_t>(DType::Q5_0))
+    ->Arg(static_cast<int64_t>(DType::Q4_K))
+    ->Arg(static_cast<int64_t>(DType::Q6_K))
+    ->Unit(benchmark::kMillisecond);
 
 // Decode as matmul runs it: quant::gemv over the same matrix with prepared activations.
 void BM_Gemv(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
-  if (!quant::gemm_use_variant(kVariantNames[state.range(1)])) {
+  if (!quant::gemm_use_variant(kVariantNames[state.range(1)]) || !quant::gemv_supported(static_cast<DType>(state.range(0)))) {
     state.SkipWithError("variant not available on this CPU");
     return;
   }
-  const int64_t cols = 640;
+  const int64_t cols = decode_cols(t);
   const size_t wrb = *larql::row_bytes(t, cols);
-  const int64_t rows = static_cast<int64_t>((512ull << 20) / wrb);
+  // range(2) == 1: 1 MiB of weights (cache-resident: the kernel's compute ceiling).
+  const int64_t rows = static_cast<int64_t>(((state.range(2) == 1 ? 1ull : 512ull) << 20) / wrb);
   std::vector<uint8_t> w(wrb * rows);
   std::mt19937 rng(3);
   for (size_t i = 0; i < w.size(); i += 4096) w[i] = static_cast<uint8_t>(rng());
@@ -155,12 +168,14 @@ void BM_Gemv(benchmark::State& state) {
                                               benchmark::Counter::kIsIterationInvariantRate);
   quant::gemm_use_variant("");
 }
-BENCHMARK(BM_Gemv)
-    ->Args({static_cast<int64_t>(DType::Q8_0), 1})
-    ->Args({static_cast<int64_t>(DType::Q8_0), 2})
-    ->Args({static_cast<int64_t>(DType::Q5_0), 1})
-    ->Args({static_cast<int64_t>(DType::Q5_0), 2})
-    ->Unit(benchmark::kMillisecond);
+void GemvArgs(benchmark::internal::Benchmark* b) {
+  for (DType t : {DType::Q8_0, DType::Q5_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    for (int hot : {0, 1})
+      for (int v : {0, 1, 2}) b->Args({static_cast<int64_t>(t), v, hot});
+  b->ArgNames({"type", "variant", "hot"});
+  b->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_Gemv)->Apply(GemvArgs);
 
 __attribute__((target("avx2"))) void BM_ReadBandwidth(benchmark::State& state) {
   std::vector<uint8_t> w(512ull << 20, 1);

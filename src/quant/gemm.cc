@@ -66,7 +66,7 @@ bool gemm_supported(DType w) {
 }
 
 bool gemv_supported(DType w) {
-  return current() != nullptr && (w == DType::Q4_0 || w == DType::Q5_0 || w == DType::Q8_0);
+  return gemm_supported(w);  // the same types: Q4_0, Q5_0, Q8_0, Q4_K, Q6_K
 }
 
 const char* gemm_isa_name() {

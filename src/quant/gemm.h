@@ -75,14 +75,20 @@ void prepare_gemm_acts(GemmActs& a, float* scale, int32_t* sum);
 void gemm(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
           const GemmActs& a, float* y, int64_t ldy);
 
-/// True when gemv() has a kernel for `w` under the active ISA (AVX2 or better: Q4_0, Q5_0, Q8_0).
+/// True when gemv() has a kernel for `w` under the active ISA: the same types as gemm_supported()
+/// (AVX2 or better: Q4_0, Q5_0, Q8_0, Q4_K, Q6_K).
 bool gemv_supported(DType w);
 
 /// Decode-sized batches: the same contract as gemm() (outputs bit-identical to vec_dot_fn(w)),
-/// computed one weight row at a time with the row kernel's arithmetic, reading the prepared
-/// activation extras (f32 scales, block sums: the weights' offsets are removed through them) and,
-/// on VNNI CPUs, one dpbusd per block. No packing, so it pays off for any number of rows; gemm()
-/// is faster from a few activation rows on.
+/// computed 4 weight rows at a time straight from the weights (no packing, so it pays off for any
+/// number of rows; gemm() is faster from a few activation rows on). Per step the 4 rows share the
+/// activation loads and the horizontal reductions, and lines 4 KiB ahead are prefetched.
+/// 32-element blocks: the prepared activation extras (f32 scales, block sums: the weights'
+/// offsets are removed through them), one dpbusd per block on VNNI CPUs, two rows per 256-bit float
+/// step (lanes 0..3 one row's four accumulators, 4..7 the other's). Q4_K / Q6_K: the row kernels'
+/// exact integer super-block sums (maddubs, then madd or, under VNNI, dpwssd with the scales; the
+/// Q6_K -32 offset through the activation's block sums) and the scalar reference's float step,
+/// 4 rows in the 4 lanes of one vector. Any r0, r1 (a short last group repeats its final row).
 void gemv(DType w, int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1,
           const GemmActs& a, float* y, int64_t ldy);
 

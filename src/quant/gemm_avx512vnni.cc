@@ -1,6 +1,7 @@
 // Tiled kernels (quant/gemm.h) for AVX-512 VNNI (F/BW/VL/DQ + VNNI: Ice Lake, Sapphire Rapids,
 // Zen 4): 512-bit dpbusd over 16-row panels, 4 activation rows per call with 22 of the 32 zmm
-// registers (no spills). The decode kernel (gemv) is the shared 256-bit one with the EVEX dpbusd.
+// registers (no spills). The decode kernel (gemv) is the shared 256-bit one with the EVEX dpbusd
+// and dpwssd (and 32 ymm registers).
 // Bit-identical to the AVX2 kernels: the same exact integer block sums, and per output lane the
 // same float operations in the same order.
 // GCC 12 flags the self-initialised _mm512_undefined_* inside its own intrinsics headers.
@@ -8,6 +9,7 @@
 #define LARQL_GEMM_VNNI 1
 #define LARQL_GEMM_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #define LARQL_GEMV_ENTRY gemv_avx512vnni
+#define LARQL_GEMM_DPWSSD(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 #include "quant/gemm_x86.inl"
 
 namespace larql::quant::detail {

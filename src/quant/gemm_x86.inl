@@ -1,7 +1,8 @@
 // The tiled kernels of quant/gemm.h, written once and compiled per ISA: gemm_avx2.cc (maddubs +
 // madd), gemm_avxvnni.cc and gemm_avx512vnni.cc (256-bit dpbusd, VEX or EVEX encoded). The
 // including file defines LARQL_GEMM_VNNI (0/1), LARQL_GEMM_DPBUSD(acc, u8, s8) when VNNI, and
-// LARQL_GEMV_ENTRY and (optionally) LARQL_GEMM_ENTRY: the exported functions' names.
+// LARQL_GEMV_ENTRY and (optionally) LARQL_GEMM_ENTRY: the exported functions' names; VNNI files
+// also define LARQL_GEMM_DPWSSD(acc, a, b) (int16 pairs multiply-add into acc, for the K-quant gemv).
 //
 // Everything but the entry point lives in an anonymous namespace: the same templates compiled
 // with different target flags must never be merged by the linker.
@@ -25,6 +26,13 @@
 
 #include "quant/blocks.h"
 #include "quant/gemm.h"
+
+#ifndef LARQL_GEMV_ROWS  // weight rows per decode micro-kernel call
+#define LARQL_GEMV_ROWS 4
+#endif
+#ifndef LARQL_GEMV_PREFETCH
+#define LARQL_GEMV_PREFETCH 4096
+#endif
 
 #ifndef LARQL_GEMM_DPBUSD  // AVX2: never called (every use sits behind `if constexpr (kVnni)`)
 #define LARQL_GEMM_DPBUSD(acc, u, s) (acc)
@@ -90,7 +98,15 @@ struct PanelB32 {
 // Unsigned bytes of one block and the offset that was added to make them unsigned.
 inline __m256i bytes_of(const BlockQ4_0& b) { return nibbles_32(b.qs); }
 inline __m256i bytes_of(const BlockQ5_0& b) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  // The 5th bits as a byte mask: one masked add instead of bits_32's broadcast, shuffle and compare.
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, sizeof(qh));
+  const __m256i lo = nibbles_32(b.qs);
+  return _mm256_mask_add_epi8(lo, static_cast<__mmask32>(qh), lo, _mm256_set1_epi8(16));
+#else
   return _mm256_or_si256(nibbles_32(b.qs), _mm256_and_si256(bits_32(b.qh), _mm256_set1_epi8(16)));
+#endif
 }
 inline __m256i bytes_of(const BlockQ8_0& b) {
   const __m256i q = load256(b.qs);
@@ -396,56 +412,248 @@ inline int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-inline __m128 f16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
-  const uint64_t v = uint64_t(a) | uint64_t(b) << 16 | uint64_t(c) << 32 | uint64_t(d) << 48;
-  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
+inline uint64_t f16x4_bits(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+  return uint64_t(a) | uint64_t(b) << 16 | uint64_t(c) << 32 | uint64_t(d) << 48;
 }
 
-// One row: the row kernel's float order (dot_avx2.cc dot_q_x_q8_0), with the activation scales
-// already in f32 and the offset removed through the block sums.
-template <typename Block>
-float gemv_row(const Block* x, int64_t nb, const uint8_t* aq, const float* ad, const int32_t* as) {
-  constexpr int kShift = offset_of<Block>() == 128 ? 7 : offset_of<Block>() == 16 ? 4 : 3;
-  __m128 acc4 = _mm_setzero_ps();
+// Bytes ahead of the current block that the decode kernels prefetch: a few rows ahead in a
+// matrix's row-major storage, so the lines are in flight before the rows are reached.
+constexpr int kPrefetchAhead = LARQL_GEMV_PREFETCH;
+
+// R rows (R even) against one activation row: out[r] = the row kernel's result for x[r], bit for
+// bit (dot_avx2.cc dot_q_x_q8_0's float order, with the activation scales already in f32 and the
+// weights' offset removed through the block sums). Per 4 blocks the R x 4 block sums are reduced
+// with hadds and two rows share one 256-bit float step: lanes 0..3 are row 2p's accumulators 0..3,
+// lanes 4..7 row 2p+1's, so the per-lane float operations are the row kernel's 4-wide ones.
+template <typename Block, int R>
+void gemv_rows(const Block* const x[R], int64_t nb, const uint8_t* aq, const float* ad, const int32_t* as,
+               float* out) {
+  static_assert(R % 2 == 0, "rows go in pairs");
+  constexpr int kOff = offset_of<Block>();
+  constexpr int kShift = kOff == 128 ? 7 : kOff == 16 ? 4 : 3;
+  constexpr size_t kStep = 4 * sizeof(Block);
+  __m256 acc[R / 2];
+  for (int p = 0; p < R / 2; ++p) acc[p] = _mm256_setzero_ps();
   int64_t ib = 0;
   for (; ib + 3 < nb; ib += 4) {
-    const __m128 dx = f16x4(x[ib].d, x[ib + 1].d, x[ib + 2].d, x[ib + 3].d);
-    const __m256i s0 = block_sums(x[ib], aq + ib * sizeof(BlockQ8_0));
-    const __m256i s1 = block_sums(x[ib + 1], aq + (ib + 1) * sizeof(BlockQ8_0));
-    const __m256i s2 = block_sums(x[ib + 2], aq + (ib + 2) * sizeof(BlockQ8_0));
-    const __m256i s3 = block_sums(x[ib + 3], aq + (ib + 3) * sizeof(BlockQ8_0));
-    const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
-    __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-    if constexpr (offset_of<Block>() != 0)
-      sums = _mm_sub_epi32(sums, _mm_slli_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(as + ib)), kShift));
-    acc4 = _mm_fmadd_ps(_mm_mul_ps(dx, _mm_loadu_ps(ad + ib)), _mm_cvtepi32_ps(sums), acc4);
+    const uint8_t* y = aq + ib * sizeof(BlockQ8_0);
+    __m256i h[R];
+    for (int r = 0; r < R; ++r) {
+      const char* pf = reinterpret_cast<const char*>(x[r] + ib) + kPrefetchAhead;
+      for (size_t o = 0; o < kStep; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      const __m256i s0 = block_sums(x[r][ib], y);
+      const __m256i s1 = block_sums(x[r][ib + 1], y + sizeof(BlockQ8_0));
+      const __m256i s2 = block_sums(x[r][ib + 2], y + 2 * sizeof(BlockQ8_0));
+      const __m256i s3 = block_sums(x[r][ib + 3], y + 3 * sizeof(BlockQ8_0));
+      h[r] = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
+    }
+    const __m256 dy = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ad + ib));
+    [[maybe_unused]] __m256i off;
+    if constexpr (kOff != 0)
+      off = _mm256_slli_epi32(
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(as + ib))), kShift);
+    for (int p = 0; p < R / 2; ++p) {
+      const __m256i a = h[2 * p], b = h[2 * p + 1];
+      __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+      if constexpr (kOff != 0) sums = _mm256_sub_epi32(sums, off);
+      const Block* x0 = x[2 * p] + ib;
+      const Block* x1 = x[2 * p + 1] + ib;
+      const __m128i dh = _mm_set_epi64x(static_cast<long long>(f16x4_bits(x1[0].d, x1[1].d, x1[2].d, x1[3].d)),
+                                        static_cast<long long>(f16x4_bits(x0[0].d, x0[1].d, x0[2].d, x0[3].d)));
+      acc[p] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtph_ps(dh), dy), _mm256_cvtepi32_ps(sums), acc[p]);
+    }
   }
-  if (ib < nb) {
-    alignas(16) float lanes[4];
-    _mm_store_ps(lanes, acc4);
+  alignas(32) float lanes[R][4];
+  for (int p = 0; p < R / 2; ++p) _mm256_store_ps(lanes[2 * p], acc[p]);
+  for (int r = 0; r < R; ++r) {
+    // Blocks left over (nb not a multiple of 4): block ib + k still goes to accumulator k.
     for (int k = 0; ib + k < nb; ++k) {
       const int64_t b = ib + k;
-      const int32_t isum = hsum_i32(block_sums(x[b], aq + b * sizeof(BlockQ8_0))) - offset_of<Block>() * as[b];
-      lanes[k] = std::fma(f16(x[b].d) * ad[b], static_cast<float>(isum), lanes[k]);
+      const int32_t isum = hsum_i32(block_sums(x[r][b], aq + b * sizeof(BlockQ8_0))) - kOff * as[b];
+      lanes[r][k] = std::fma(f16(x[r][b].d) * ad[b], static_cast<float>(isum), lanes[r][k]);
     }
-    acc4 = _mm_load_ps(lanes);
+    out[r] = (lanes[r][0] + lanes[r][2]) + (lanes[r][1] + lanes[r][3]);
   }
-  acc4 = _mm_add_ps(acc4, _mm_movehl_ps(acc4, acc4));
-  acc4 = _mm_add_ss(acc4, _mm_movehdup_ps(acc4));
-  return _mm_cvtss_f32(acc4);
 }
 
 template <typename Block>
 void gemv_b32(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1, const GemmActs& a,
               float* y, int64_t ldy) {
+  constexpr int R = LARQL_GEMV_ROWS;
   const int64_t nb = cols / QK8_0;
-  for (int64_t t = 0; t < a.n; ++t) {
-    const uint8_t* aq = a.rows + static_cast<size_t>(t) * a.row_bytes + 2;
-    const float* ad = a.scale + t * nb;
-    const int32_t* as = a.sum + t * nb;
-    for (int64_t r = r0; r < r1; ++r)
-      y[t * ldy + r] = gemv_row(reinterpret_cast<const Block*>(w_data + static_cast<size_t>(r) * w_row_bytes), nb, aq,
-                                ad, as);
+  auto row = [&](int64_t r) { return reinterpret_cast<const Block*>(w_data + static_cast<size_t>(r) * w_row_bytes); };
+  // Rows outer, tokens inner: a group's rows stay in L1 while every activation row passes.
+  auto tokens = [&](auto nrows, const Block* const* x, int64_t r, int valid) {
+    constexpr int N = decltype(nrows)::value;
+    for (int64_t t = 0; t < a.n; ++t) {
+      float o[N];
+      gemv_rows<Block, N>(x, nb, a.rows + static_cast<size_t>(t) * a.row_bytes + 2, a.scale + t * nb,
+                          a.sum + t * nb, o);
+      std::memcpy(y + t * ldy + r, o, sizeof(float) * static_cast<size_t>(valid));
+    }
+  };
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    const Block* x[R];
+    for (int i = 0; i < R; ++i) x[i] = row(r + i);
+    tokens(std::integral_constant<int, R>{}, x, r, R);
+  }
+  for (; r < r1; r += 2) {  // the last rows in pairs; an odd last row is computed twice
+    const Block* x[2] = {row(r), row(std::min(r + 1, r1 - 1))};
+    tokens(std::integral_constant<int, 2>{}, x, r, static_cast<int>(std::min<int64_t>(2, r1 - r)));
+  }
+}
+
+// ---- decode: K-quants, 4 weight rows per step -------------------------------------------------
+
+// acc + madd(sc, p16): one dpwssd under VNNI. Exact int32 either way (wrapping like the scalar sums).
+inline __m256i madd_acc(__m256i acc, __m256i p16, __m256i sc) {
+#ifdef LARQL_GEMM_DPWSSD
+  return LARQL_GEMM_DPWSSD(acc, sc, p16);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(sc, p16));
+#endif
+}
+// [sum of v0's lanes, ..., sum of v3's lanes].
+inline __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+inline __m128i hsum4_i32(__m128i v0, __m128i v1, __m128i v2, __m128i v3) {
+  return _mm_hadd_epi32(_mm_hadd_epi32(v0, v1), _mm_hadd_epi32(v2, v3));
+}
+template <typename Block>
+inline void prefetch_block(const Block* b) {
+  const char* p = reinterpret_cast<const char*>(b) + kPrefetchAhead;
+  for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+// Q4_K: the 12 packed scale bytes -> 8 scales (bytes 0..7) then 8 mins (8..15) as int16
+// (ggml-cpu quants.c's kmask shuffle, as dot_avx2.cc).
+inline __m256i q4k_mins_and_scales(const uint8_t* scales) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t utmp[4];
+  std::memcpy(utmp, scales, 12);
+  utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+  const uint32_t uaux = utmp[1] & kmask1;
+  utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+  utmp[2] = uaux;
+  utmp[0] &= kmask1;
+  return _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(utmp[3]), static_cast<int>(utmp[2]),
+                                            static_cast<int>(utmp[1]), static_cast<int>(utmp[0])));
+}
+inline __m256i scale16(__m256i scales, int k) {  // int16 scale k of 8, in all 16 lanes
+  return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(((2 * k + 1) << 8) | (2 * k))));
+}
+inline __m128 f16x4_ps(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(f16x4_bits(a, b, c, d))));
+}
+
+// Four rows against one Q8_K activation row. Per row and super-block the exact integer sums of
+// dot_avx2.cc dot_q4_k, then its float step sumf += d * float(sumi) - dmin * float(summ) (d =
+// y.d * f16(x.d), dmin = y.d * f16(x.dmin)), done for the 4 rows in the 4 lanes of one vector:
+// per lane the same operations in the same order, so each result equals the row kernel's bits.
+void gemv_q4k_rows(const BlockQ4K* const x[4], int64_t nsb, const BlockQ8K* y, float out[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t i = 0; i < nsb; ++i) {
+    const BlockQ8K& yb = y[i];
+    const __m256i q8sums = load256(yb.bsums);
+    const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
+    __m256i sumi[4], scales[4];
+    __m128i summ[4];
+    for (int r = 0; r < 4; ++r) {
+      prefetch_block(x[r] + i);
+      const __m256i ms = q4k_mins_and_scales(x[r][i].scales);
+      summ[r] = _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s);
+      const __m128i sc = _mm256_castsi256_si128(ms);
+      scales[r] = _mm256_set_m128i(sc, sc);
+      sumi[r] = _mm256_setzero_si256();
+    }
+    for (int j = 0; j < QK_K / 64; ++j) {
+      const __m256i q8l = load256(yb.qs + 64 * j), q8h = load256(yb.qs + 64 * j + 32);
+      for (int r = 0; r < 4; ++r) {
+        const __m256i q4 = load256(x[r][i].qs + 32 * j);
+        const __m256i q4l = _mm256_and_si256(q4, m4), q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        sumi[r] = madd_acc(sumi[r], _mm256_maddubs_epi16(q4l, q8l), scale16(scales[r], 2 * j));
+        sumi[r] = madd_acc(sumi[r], _mm256_maddubs_epi16(q4h, q8h), scale16(scales[r], 2 * j + 1));
+      }
+    }
+    const __m128 yd = _mm_set1_ps(yb.d);
+    const __m128 d = _mm_mul_ps(yd, f16x4_ps(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d));
+    const __m128 dmin = _mm_mul_ps(yd, f16x4_ps(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin));
+    const __m128 si = _mm_cvtepi32_ps(hsum4_i32(sumi[0], sumi[1], sumi[2], sumi[3]));
+    const __m128 sm = _mm_cvtepi32_ps(hsum4_i32(summ[0], summ[1], summ[2], summ[3]));
+    acc = _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(d, si), _mm_mul_ps(dmin, sm)));
+  }
+  _mm_storeu_ps(out, acc);
+}
+
+// 16 bytes: scale 2k repeated 8 times, then scale 2k+1 repeated 8 times.
+inline __m128i q6_scale_shuffle(int k) {
+  const char a = static_cast<char>(2 * k), b = static_cast<char>(2 * k + 1);
+  return _mm_set_epi8(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+}
+
+// Four rows of Q6_K: per row the exact integer sum of dot_avx2.cc dot_q6_k (the -32 offset taken
+// through the activation's block sums: sum_g sc_g * 32 * bsum_g), then sumf += (f16(x.d) * y.d) *
+// float(sumi) per lane as in gemv_q4k_rows.
+void gemv_q6k_rows(const BlockQ6K* const x[4], int64_t nsb, const BlockQ8K* y, float out[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t i = 0; i < nsb; ++i) {
+    const BlockQ8K& yb = y[i];
+    const __m256i bsums = load256(yb.bsums);
+    __m256i sumi[4];
+    __m128i scales[4];
+    for (int r = 0; r < 4; ++r) {
+      prefetch_block(x[r] + i);
+      scales[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r][i].scales));
+      sumi[r] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales[r]), bsums);  // sum_g sc_g * bsum_g
+      sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sumi[r], 5));
+    }
+    for (int j = 0; j < QK_K / 128; ++j) {
+      const int8_t* q8 = yb.qs + 128 * j;
+      const __m256i q8k[4] = {load256(q8), load256(q8 + 32), load256(q8 + 64), load256(q8 + 96)};
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* ql = x[r][i].ql + 64 * j;
+        const __m256i q4bits1 = load256(ql), q4bits2 = load256(ql + 32);
+        const __m256i q4bitsH = load256(x[r][i].qh + 32 * j);
+        const __m256i q6[4] = {
+            _mm256_or_si256(_mm256_and_si256(q4bits1, m4), _mm256_slli_epi16(_mm256_and_si256(q4bitsH, m2), 4)),
+            _mm256_or_si256(_mm256_and_si256(q4bits2, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 2), m2), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits1, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 4), m2), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4bits2, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(q4bitsH, 6), m2), 4)),
+        };
+        for (int k = 0; k < 4; ++k) {
+          const __m256i sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales[r], q6_scale_shuffle(4 * j + k)));
+          sumi[r] = madd_acc(sumi[r], _mm256_maddubs_epi16(q6[k], q8k[k]), sc);
+        }
+      }
+    }
+    const __m128 d = _mm_mul_ps(f16x4_ps(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d), _mm_set1_ps(yb.d));
+    acc = _mm_add_ps(acc, _mm_mul_ps(d, _mm_cvtepi32_ps(hsum4_i32(sumi[0], sumi[1], sumi[2], sumi[3]))));
+  }
+  _mm_storeu_ps(out, acc);
+}
+
+// Rows [r0, r1) four at a time; the last group repeats the final row where fewer than 4 are left.
+template <typename Block, typename Rows4>
+void gemv_k(int64_t cols, const uint8_t* w_data, size_t w_row_bytes, int64_t r0, int64_t r1, const GemmActs& a,
+            float* y, int64_t ldy, Rows4&& rows4) {
+  const int64_t nsb = cols / QK_K;
+  for (int64_t r = r0; r < r1; r += 4) {  // rows outer: the group stays in L1 across the tokens
+    const Block* x[4];
+    for (int i = 0; i < 4; ++i)
+      x[i] = reinterpret_cast<const Block*>(w_data + static_cast<size_t>(std::min(r + i, r1 - 1)) * w_row_bytes);
+    for (int64_t t = 0; t < a.n; ++t) {
+      float o[4];
+      rows4(x, nsb, reinterpret_cast<const BlockQ8K*>(a.rows + static_cast<size_t>(t) * a.row_bytes), o);
+      std::memcpy(y + t * ldy + r, o, sizeof(float) * static_cast<size_t>(std::min<int64_t>(4, r1 - r)));
+    }
   }
 }
 
@@ -508,6 +716,8 @@ void LARQL_GEMV_ENTRY(DType w, int64_t cols, const uint8_t* w_data, size_t w_row
     case DType::Q4_0: return gemv_b32<BlockQ4_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
     case DType::Q5_0: return gemv_b32<BlockQ5_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
     case DType::Q8_0: return gemv_b32<BlockQ8_0>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy);
+    case DType::Q4_K: return gemv_k<BlockQ4K>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy, gemv_q4k_rows);
+    case DType::Q6_K: return gemv_k<BlockQ6K>(cols, w_data, w_row_bytes, r0, r1, a, y, ldy, gemv_q6k_rows);
     default: return;  // gemv_supported() is false for every other type
   }
 }
