@@ -92,15 +92,15 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   // Probabilities at temperature 1 for the top-p / min-p filters (as llama.cpp does); the
   // candidates are sorted, best first, whenever one of the filters is on.
   if (p_.top_p < 1.0f || p_.min_p > 0.0f) {
-    prob_.resize(n);
+    std::vector<double> prob(n);
     double sum = 0;
-    for (size_t i = 0; i < n; ++i) sum += prob_[i] = std::exp(static_cast<double>(cand_[i].value) - mx);
+    for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].value) - mx);
     if (mass > 0) sum = mass;
     if (p_.top_p < 1.0f) {
       double cum = 0;
       size_t keep = n;
       for (size_t i = 0; i < n; ++i) {
-        cum += prob_[i] / sum;
+        cum += prob[i] / sum;
         if (cum >= p_.top_p) {
           keep = i + 1;
           break;
@@ -109,15 +109,17 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
       n = std::max<size_t>(1, keep);
     }
     if (p_.min_p > 0.0f) {
-      const double floor = p_.min_p * prob_[0];
+      const double floor = p_.min_p * prob[0];
       size_t keep = 1;
-      while (keep < n && prob_[keep] >= floor) ++keep;
+      while (keep < n && prob[keep] >= floor) ++keep;
       n = keep;
     }
   }
-  weight_.resize(n);
-  for (size_t i = 0; i < n; ++i) weight_[i] = std::exp((static_cast<double>(cand_[i].value) - mx) / p_.temperature);
-  std::discrete_distribution<size_t> dist(weight_.begin(), weight_.begin() + static_cast<std::ptrdiff_t>(n));
+  // Locals, not members: a server holds a sampler per sequence, and 262,144 doubles kept by
+  // each would add 2 MiB per sequence.
+  std::vector<double> weight(n);
+  for (size_t i = 0; i < n; ++i) weight[i] = std::exp((static_cast<double>(cand_[i].value) - mx) / p_.temperature);
+  std::discrete_distribution<size_t> dist(weight.begin(), weight.begin() + static_cast<std::ptrdiff_t>(n));
   return cand_[dist(rng_)].index;
 }
 

@@ -52,7 +52,6 @@ class Sampler {
 
   std::vector<compute::Scored> cand_;  ///< candidates (best first whenever top-p or min-p is on)
   std::vector<float> penalised_;       ///< the logits after the repetition penalty
-  std::vector<double> prob_, weight_;  ///< per candidate: temperature-1 probability, draw weight
 };
 
 }  // namespace larql

@@ -543,7 +543,10 @@ def test_sigterm_mid_stream_ends_cleanly(larql_bin, model_path):
     (finish_reason "cancelled", docs/server.md) and [DONE] before the connection closes."""
     s = Server(larql_bin, model_path, "--drain", "1", "--alias", "the-model")
     out = subprocess.Popen(["curl", "-sS", "-N", s.url + "/v1/completions", "-d",
-                            json.dumps({"prompt": "Once upon", "max_tokens": 3000, "stream": True,
+                            json.dumps({"prompt": "1, 2, 3, 4, 5, 6, 7,", "max_tokens": 3000, "stream": True,
+                                        # greedy counting: no end-of-text for hundreds of tokens,
+                                        # so the stream is still running when the drain ends
+                                        "temperature": 0,
                                         "stream_options": {"include_usage": True}})],
                            stdout=subprocess.PIPE, text=True)
     time.sleep(1.5)
