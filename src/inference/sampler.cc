@@ -79,16 +79,17 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   }
   if (p_.temperature <= 0.0f) return static_cast<int32_t>(compute::argmax(x, vocab));
   double mass = 0;  // the temperature-1 mass the top-p filter divides by (0: sum the candidates)
+  double mx = 0;    // the largest logit (always a candidate)
   if (p_.top_k > 0 && p_.top_k < vocab) {
     // Largest first, ties by lower id (a total order: the same candidates in the same order on
     // every platform).
     compute::top_k(x, vocab, p_.top_k, cand_);
+    mx = cand_[0].value;
   } else {
-    mass = candidates_without_top_k(x, vocab);
+    mx = x[compute::argmax(x, vocab)];
+    mass = candidates_without_top_k(x, vocab, mx);
   }
   size_t n = cand_.size();
-  double mx = cand_[0].value;
-  for (size_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(cand_[i].value));
   // Probabilities at temperature 1 for the top-p / min-p filters (as llama.cpp does); the
   // candidates are sorted, best first, whenever one of the filters is on.
   if (p_.top_p < 1.0f || p_.min_p > 0.0f) {
@@ -123,7 +124,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   return cand_[dist(rng_)].index;
 }
 
-double Sampler::candidates_without_top_k(const float* x, int64_t vocab) {
+double Sampler::candidates_without_top_k(const float* x, int64_t vocab, double mx) {
   // No top-k: sorting the whole vocabulary (262,144 entries for Gemma 3) cost ~20 ms a token.
   // Only what the filters need is ordered:
   //  1. Tokens whose weight is below e^-45 (< 2^-64) of the top token's, at temperature 1 and at
@@ -136,9 +137,6 @@ double Sampler::candidates_without_top_k(const float* x, int64_t vocab) {
   //     few dozen; a flat one sorts them all, as before). Its denominator is the mass of every
   //     candidate of step 1, min-p's drops included (returned).
   //  With neither filter the candidates stay in id order: the same distribution, no sort.
-  float mxf = x[0];
-  for (int64_t i = 1; i < vocab; ++i) mxf = std::max(mxf, x[i]);
-  const double mx = mxf;
   const double negligible = -45.0 * std::max(1.0, static_cast<double>(p_.temperature));
   const double floor = p_.min_p > 0.0f ? static_cast<double>(p_.min_p) : 0.0;
   const bool top_p = p_.top_p < 1.0f;

@@ -46,9 +46,9 @@ class Sampler {
  private:
   SamplerParams p_;
   std::mt19937_64 rng_;
-  /// Candidates without top-k, filtered and ordered as the filters need (sampler.cc); returns
-  /// the temperature-1 mass top-p divides by (0 when top-p is off).
-  double candidates_without_top_k(const float* x, int64_t vocab);
+  /// Candidates without top-k, filtered and ordered as the filters need (sampler.cc); `mx` is
+  /// the largest of x[0, vocab). Returns the temperature-1 mass top-p divides by (0 when top-p is off).
+  double candidates_without_top_k(const float* x, int64_t vocab, double mx);
 
   std::vector<compute::Scored> cand_;  ///< candidates (best first whenever top-p or min-p is on)
   std::vector<float> penalised_;       ///< the logits after the repetition penalty
