@@ -54,6 +54,7 @@ std::shared_ptr<ThreadPool> ThreadPool::shared(int n_threads) {
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  done_ = std::make_unique<Done[]>(static_cast<size_t>(n_threads_));
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -76,19 +77,20 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  const uint64_t g = generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
   generation_.notify_all();
   int64_t b, e;
   chunk_of(n, grain, n_threads_, 0, &b, &e);
   if (b < e) run_job(fn, b, e);
   // Spin briefly, then yield: on a loaded machine a descheduled worker must not cost us a
   // whole time slice of busy-waiting.
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < 4000) {
-      LARQL_PAUSE();
-    } else {
-      std::this_thread::yield();
+  for (int i = 1; i < n_threads_; ++i) {
+    for (int spins = 0; done_[i].generation.load(std::memory_order_acquire) != g; ++spins) {
+      if (spins < 4000) {
+        LARQL_PAUSE();
+      } else {
+        std::this_thread::yield();
+      }
     }
   }
 }
@@ -113,7 +115,7 @@ void ThreadPool::worker(int index) {
     int64_t b, e;
     chunk_of(job_n_, job_grain_, n_threads_, index, &b, &e);
     if (b < e) run_job(*job_, b, e);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    done_[index].generation.store(g, std::memory_order_release);
   }
 }
 

@@ -41,15 +41,23 @@ class ThreadPool {
  private:
   void worker(int index);
 
+  // Each worker reports the generation it finished in its own cache line, and the counter the
+  // workers spin on sits alone in another: with one shared "pending" counter, 15 workers' atomic
+  // decrements queued on one line and invalidated every spinner's copy at each (16 threads).
+  struct alignas(64) Done {
+    std::atomic<uint64_t> generation{0};
+  };
+
   int n_threads_;
   std::vector<std::thread> threads_;
-  std::mutex dispatch_;  ///< one job at a time: held by parallel_for from dispatch to the join
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  std::atomic<bool> stop_{false};
+  std::unique_ptr<Done[]> done_;  ///< [n_threads_]; slot 0 unused (the caller)
+  std::mutex dispatch_;           ///< one job at a time: held by parallel_for from dispatch to the join
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_grain_ = 1;
+  std::atomic<bool> stop_{false};
+  alignas(64) std::atomic<uint64_t> generation_{0};  ///< bumped once per job (written by the caller only)
+  char pad_[64 - sizeof(std::atomic<uint64_t>)] = {};
 };
 
 }  // namespace larql
