@@ -132,8 +132,9 @@ export function lensOption(doc: LqlDoc, prompt?: string): echarts.EChartsCoreOpt
         data: doc.rows.map((r) => ({ value: r[TP] as number, name: String(r[T]) })),
         label: { show: true, position: "top", rotate: 60, fontSize: 10, formatter: (p: { name: string }) => JSON.stringify(p.name) },
       },
-      { name: `final prediction ${final}: probability`, type: "bar", data: doc.rows.map((r) => r[P] as number) },
-      { name: `final prediction ${final}: rank`, type: "line", yAxisIndex: 1, data: doc.rows.map((r) => r[R] as number) },
+      // Short names (the title names the final prediction): the legend fits two lines in a narrow window.
+      { name: `${final}: probability`, type: "bar", data: doc.rows.map((r) => r[P] as number) },
+      { name: `${final}: rank`, type: "line", yAxisIndex: 1, data: doc.rows.map((r) => r[R] as number) },
     ],
   };
 }
