@@ -35,7 +35,7 @@ fuzz:
 
 # The web console's type-check and lint (its end-to-end test runs in test-python: test_console.py).
 test-web:
-	cd web && npm run --silent typecheck && npm run --silent lint
+	cd web && npm run --silent typecheck && npm run --silent lint && npm run --silent test
 
 test: setup build test-cpp test-web fuzz test-python
 

@@ -18,6 +18,7 @@
 #include "lql/script.h"
 #include "lql/table.h"
 #include "util/error.h"
+#include "util/text_file.h"
 
 namespace larql::server {
 
@@ -77,7 +78,25 @@ std::string text_param(const std::map<std::string, std::string>& p, const char* 
     if (required) throw Error(ErrorKind::InvalidArgument, std::string(name) + ": is required and must not be empty");
     return "";
   }
+  if (const size_t bad = first_non_text_byte(it->second); bad != std::string::npos)
+    throw Error(ErrorKind::InvalidArgument, std::string(name) + ": is not UTF-8 text (a NUL or an invalid UTF-8 sequence at byte " +
+                                                std::to_string(bad) + ")");
   return it->second;
+}
+
+/// A layer parameter inside the served vindex's layers (num_layers < 0: not known, not checked).
+int64_t check_layer(const char* name, int64_t layer, int64_t num_layers) {
+  if (num_layers >= 0 && layer >= num_layers)
+    throw Error(ErrorKind::InvalidArgument, std::string(name) + ": " + std::to_string(layer) + " is out of range (" +
+                                                (num_layers == 0 ? std::string("the vindex has no layers")
+                                                                 : "the vindex has layers 0-" + std::to_string(num_layers - 1)) +
+                                                ")");
+  return layer;
+}
+
+int64_t layer_param(const std::map<std::string, std::string>& p, int64_t num_layers) {
+  constexpr int64_t kMaxLayer = 100000;
+  return check_layer("layer", int_param(p, "layer", 0, 0, kMaxLayer), num_layers);
 }
 
 }  // namespace
@@ -122,12 +141,13 @@ std::map<std::string, std::string> parse_query(std::string_view q, const std::ve
   return out;
 }
 
-std::string browse_statement(const std::string& path, const std::map<std::string, std::string>& p, int64_t* limit) {
+std::string browse_statement(const std::string& path, const std::map<std::string, std::string>& p, int64_t* limit,
+                             int64_t num_layers) {
   *limit = -1;
-  constexpr int64_t kMaxLayer = 100000, kMaxRows = 100000;
+  constexpr int64_t kMaxRows = 100000;
   if (path == "/v1/describe") {
     std::string s = "DESCRIBE " + lql_quote(text_param(p, "entity", true));
-    if (p.count("layer")) s += " AT LAYER " + std::to_string(int_param(p, "layer", 0, 0, kMaxLayer));
+    if (p.count("layer")) s += " AT LAYER " + std::to_string(layer_param(p, num_layers));
     const std::string band = text_param(p, "band", false);
     if (!band.empty()) {
       if (band == "syntax" || band == "knowledge" || band == "output") s += " " + band;
@@ -147,10 +167,18 @@ std::string browse_statement(const std::string& path, const std::map<std::string
     if (p.count("top")) s += " TOP " + std::to_string(int_param(p, "top", 5, 1, kMaxRows));
     const std::string layers = text_param(p, "layers", false);
     if (!layers.empty()) {
+      // Checked here, as LQL's parser and executor would (a first > last range, a layer past the
+      // vindex's), so that the 400 names the parameter, not a column of a statement the client
+      // never wrote.
       static const std::regex range(R"((\d{1,6})(-(\d{1,6}))?)");
-      if (!std::regex_match(layers, range))
+      std::smatch m;
+      if (!std::regex_match(layers, m, range))
         throw Error(ErrorKind::InvalidArgument, "layers: must be N or A-B, got \"" + layers + "\"");
-      s += " LAYERS " + layers;
+      const int64_t first = std::stoll(m[1].str()), last = m[3].matched ? std::stoll(m[3].str()) : first;
+      if (last < first)
+        throw Error(ErrorKind::InvalidArgument, "layers: " + layers + " is not a range (first > last)");
+      check_layer("layers", last, num_layers);
+      s += " LAYERS " + std::to_string(first) + (m[3].matched ? "-" + std::to_string(last) : "");
     }
     return s;
   }
@@ -162,9 +190,9 @@ std::string browse_statement(const std::string& path, const std::map<std::string
     std::vector<std::string> where;
     if (!nearest.empty()) {
       if (!p.count("layer")) throw Error(ErrorKind::InvalidArgument, "layer: nearest needs a layer");
-      s += " NEAREST TO " + lql_quote(nearest) + " AT LAYER " + std::to_string(int_param(p, "layer", 0, 0, kMaxLayer));
+      s += " NEAREST TO " + lql_quote(nearest) + " AT LAYER " + std::to_string(layer_param(p, num_layers));
     } else if (p.count("layer")) {
-      where.push_back("layer = " + std::to_string(int_param(p, "layer", 0, 0, kMaxLayer)));
+      where.push_back("layer = " + std::to_string(layer_param(p, num_layers)));
     }
     if (!entity.empty()) where.push_back("token = " + lql_quote(entity));
     for (size_t i = 0; i < where.size(); ++i) s += (i == 0 ? " WHERE " : " AND ") + where[i];
@@ -173,7 +201,7 @@ std::string browse_statement(const std::string& path, const std::map<std::string
   }
   if (path == "/v1/relations") {
     std::string s = "SHOW RELATIONS";
-    if (p.count("layer")) s += " AT LAYER " + std::to_string(int_param(p, "layer", 0, 0, kMaxLayer));
+    if (p.count("layer")) s += " AT LAYER " + std::to_string(layer_param(p, num_layers));
     return s;
   }
   if (path == "/v1/stats") return "STATS";
@@ -305,6 +333,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
                  " (as `larql lql` does, it opens only a vindex directory): extract one with `larql extract MODEL -o "
                  "NAME.vindex --level inference` and run `larql serve NAME.vindex`");
     // The statements, and whether to run past a failed one.
+    const int64_t num_layers = static_cast<int64_t>(m.base->index().layers.size());
     std::string text;
     bool keep_going = false;
     int64_t limit = -1;
@@ -342,7 +371,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       }
       if (!lql) {
         try {
-          text = browse_statement(req.path, params, &limit);
+          text = browse_statement(req.path, params, &limit, num_layers);
         } catch (const Error& e) {
           const std::string msg = e.what();
           refuse(400, "", msg, msg.substr(0, msg.find(':')));
@@ -356,7 +385,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
         else if (req.path == "/v1/select") allowed = {"entity", "nearest", "layer", "limit"};
         else if (req.path == "/v1/relations") allowed = {"layer"};
         else if (req.path == "/v1/infer") allowed = {"prompt", "top"};
-        text = browse_statement(req.path, parse_query(req.query, allowed), &limit);
+        text = browse_statement(req.path, parse_query(req.query, allowed), &limit, num_layers);
       } catch (const Error& e) {
         const std::string msg = e.what();
         refuse(400, "", msg, msg.substr(0, msg.find(':')));

@@ -47,9 +47,14 @@ std::string lql_quote(std::string_view text);
 std::map<std::string, std::string> parse_query(std::string_view query, const std::vector<std::string>& allowed);
 
 /// The statement a browse route runs, from its parameters (docs/server.md's table), and in
-/// *limit the rows to keep after it runs (-1: all; only /v1/describe's `limit`).
+/// *limit the rows to keep after it runs (-1: all; only /v1/describe's `limit`). Every parameter
+/// is checked here, before the statement is built, so that the statement parses and a bad
+/// parameter is named rather than a column of the built statement: text must be UTF-8 without
+/// NUL, numbers in their bounds, `layers` a range with first <= last, and with num_layers >= 0
+/// (the served vindex's layer count) every layer below num_layers.
 /// Errors: InvalidArgument "param: why" for a missing or bad parameter (the name first, then ':').
-std::string browse_statement(const std::string& path, const std::map<std::string, std::string>& params, int64_t* limit);
+std::string browse_statement(const std::string& path, const std::map<std::string, std::string>& params, int64_t* limit,
+                             int64_t num_layers = -1);
 
 class LqlApi {
  public:

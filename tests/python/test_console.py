@@ -26,21 +26,23 @@ KEY = "console-test-key-7d1c"
 
 
 @pytest.fixture(scope="module")
-def e2e(larql_bin, model_path, inference_vindex):
+def e2e(larql_bin, model_path, inference_vindex, tmp_path_factory):
     for need, why in [(shutil.which("node"), "node (Node.js >= 20)"), (Path("/usr/bin/chromium").exists(), "chromium"),
                       ((WEB / "node_modules" / "playwright-core").is_dir(), "web/node_modules (npm ci)")]:
         if not need:
             pytest.fail(f"{why} is missing: run `make setup`", pytrace=False)
     # The vindex (the default model extracted, shared with test_lql) serves chat and LQL; the
     # GGUF with a key serves the key checks. Both start at once.
-    plain = Server(larql_bin, inference_vindex)
+    # The Edit page records its insert into a patch and saves it: inside a directory of its own.
+    patches = tmp_path_factory.mktemp("console-patches")
+    plain = Server(larql_bin, inference_vindex, "--lql-allow-files", str(patches))
     keyed = Server(larql_bin, model_path, "--api-key", KEY)
     SHOTS.mkdir(parents=True, exist_ok=True)
     results = SHOTS / "results.json"
     results.unlink(missing_ok=True)
     try:
         env = dict(os.environ, LARQL_URL=plain.url, LARQL_KEY_URL=keyed.url, LARQL_KEY=KEY, SHOTS_DIR=str(SHOTS),
-                   RESULTS=str(results))
+                   RESULTS=str(results), LARQL_ALLOW_FILES="1")
         r = subprocess.run(["node", "e2e/console.e2e.mjs"], cwd=WEB, env=env, capture_output=True, text=True,
                            timeout=600)
         print(r.stdout, r.stderr)
@@ -87,6 +89,34 @@ def test_explain_infer_heatmap_is_drawn(e2e):
 
 def test_insert_changes_infer(e2e):
     _check(e2e, "insert_changes_infer")
+
+
+def test_lql_error_cursor_counts_code_points(e2e):
+    _check(e2e, "lql_error_cursor_code_points")
+
+
+def test_lql_error_cursor_code_points_on_the_server(e2e):
+    _check(e2e, "lql_error_cursor_code_points_server")
+
+
+def test_logit_lens_plots_traces_rank(e2e):
+    _check(e2e, "logit_lens_rank_is_traces")
+
+
+def test_inputs_are_quoted_as_lql_strings(e2e):
+    _check(e2e, "inputs_quoted_as_lql")
+
+
+def test_every_page_fits_a_narrow_window(e2e):
+    _check(e2e, "narrow_window_every_page")
+
+
+def test_edit_tables_are_not_cut_off(e2e):
+    _check(e2e, "edit_tables_fit_their_box")
+
+
+def test_page_loads_cleanly(e2e):
+    _check(e2e, "page_loads_cleanly")
 
 
 def test_api_key_prompt_and_401(e2e):

@@ -718,9 +718,17 @@ def test_lql_browse_routes_equal_their_statements(server):
     assert got[0] == want[0] != 200 and got[1]["error"]["message"] == want[1]["error"]["message"]
     for route, param in [("/v1/describe", "entity"), ("/v1/describe?entity=x&layer=-1", "layer"),
                          ("/v1/walk?prompt=x&top=0", "top"), ("/v1/select?nearest=x", "layer"),
-                         ("/v1/infer", "prompt"), ("/v1/stats?x=1", "x"), ("/v1/describe?entity=x&entity=y", "entity")]:
+                         ("/v1/infer", "prompt"), ("/v1/stats?x=1", "x"), ("/v1/describe?entity=x&entity=y", "entity"),
+                         ("/v1/walk?prompt=x&layers=3-1", "layers"), ("/v1/walk?prompt=x&layers=0-999", "layers"),
+                         ("/v1/describe?entity=x&layer=999", "layer"), ("/v1/describe?entity=caf%E9", "entity")]:
         status, body = http_json(server.url + route)
         assert status == 400 and body["error"]["param"] == param, (route, body)
+        # The parameter is named, never a place in the statement built from it (the client wrote none).
+        assert body["error"]["message"].startswith(param + ": "), (route, body)
+        assert body["error"].get("code") != "lql_syntax" and "line" not in body["error"], (route, body)
+    status, body = http_json(server.url + "/v1/walk?prompt=x&layers=3-1")
+    assert body["error"]["message"] == "layers: 3-1 is not a range (first > last)", body
+    assert body["error"]["type"] == "invalid_request_error" and body["results"] == [], body
 
 
 def test_lql_allow_files_and_api_key(larql_bin, inference_vindex, tmp_path):

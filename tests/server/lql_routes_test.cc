@@ -85,6 +85,41 @@ TEST(LqlBrowse, BadParametersNameTheParameter) {
   EXPECT_EQ(param_of("/v1/select", {{"nearest", "p"}}), "layer");
   EXPECT_EQ(param_of("/v1/select", {{"nearest", "p"}, {"entity", "q"}, {"layer", "1"}}), "nearest");
   EXPECT_EQ(param_of("/v1/infer", {}), "prompt");
+  // A range that ends before it starts: LQL's parser would refuse the built statement at a column
+  // the client never wrote (lql_syntax at 1:27); the route names the parameter instead.
+  EXPECT_EQ(param_of("/v1/walk", {{"prompt", "x"}, {"layers", "3-1"}}), "layers");
+  try {
+    browse_statement("/v1/walk", {{"prompt", "x"}, {"layers", "3-1"}}, &limit);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "layers: 3-1 is not a range (first > last)");
+  }
+  // Text that is not UTF-8 (or holds a NUL) is named too.
+  EXPECT_EQ(param_of("/v1/describe", {{"entity", "caf\xe9"}}), "entity");
+  EXPECT_EQ(param_of("/v1/walk", {{"prompt", std::string("a\0b", 3)}}), "prompt");
+  EXPECT_EQ(param_of("/v1/select", {{"nearest", "\xff"}, {"layer", "1"}}), "nearest");
+}
+
+TEST(LqlBrowse, LayersPastTheVindexNameTheParameter) {
+  int64_t limit = 0;
+  auto message_of = [&](const std::string& path, std::map<std::string, std::string> p) {
+    try {
+      browse_statement(path, p, &limit, /*num_layers=*/18);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message_of("/v1/describe", {{"entity", "x"}, {"layer", "18"}}), "layer: 18 is out of range (the vindex has layers 0-17)");
+  EXPECT_EQ(message_of("/v1/walk", {{"prompt", "x"}, {"layers", "3-40"}}), "layers: 40 is out of range (the vindex has layers 0-17)");
+  EXPECT_EQ(message_of("/v1/select", {{"nearest", "x"}, {"layer", "99"}}).substr(0, 6), "layer:");
+  EXPECT_EQ(message_of("/v1/relations", {{"layer", "18"}}).substr(0, 6), "layer:");
+  EXPECT_EQ(browse_statement("/v1/walk", {{"prompt", "x"}, {"layers", "17"}}, &limit, 18), "WALK \"x\" LAYERS 17");
+  EXPECT_EQ(browse_statement("/v1/walk", {{"prompt", "x"}, {"layers", "007-17"}}, &limit, 18), "WALK \"x\" LAYERS 7-17");
+  // Whatever the routes accept parses as one statement.
+  for (const std::string& layers : {"0", "0-17", "5-5", "17"})
+    EXPECT_NO_THROW(lql::parse_one(browse_statement("/v1/walk", {{"prompt", "p \" ;"}, {"top", "3"}, {"layers", layers}}, &limit, 18)))
+        << layers;
 }
 
 }  // namespace

@@ -3,9 +3,8 @@
 // and can be saved (SAVE PATCH) or removed from the session (REMOVE PATCH); statements that name
 // files need a server started with --lql-allow-files (docs/server.md), else it refuses them.
 import { lql, newSessionId, type LqlDoc } from "./api";
+import { lqlQuote } from "./lqltext";
 import { el, errorBox, renderDoc } from "./table";
-
-const q = (s: string) => JSON.stringify(s);
 
 /**
  * INFER ... COMPARE's one table (rank, base_token, base_token_id, base_prob, edited_token, ...;
@@ -68,6 +67,8 @@ export function editPage(): HTMLElement {
   const status = el("p", { class: "muted", id: "edit-status", "aria-live": "polite" });
   const before = el("div", { class: "side", id: "edit-before" }, el("h3", {}, "Before"));
   const after = el("div", { class: "side", id: "edit-after" }, el("h3", {}, "After"));
+  // The INSERT's own row and SHOW PATCHES: wide tables, so below both sides at the page's width.
+  const log = el("div", { class: "edit-log", id: "edit-log" });
   const buttons: HTMLButtonElement[] = [];
   const busy = (b: boolean) => buttons.forEach((x) => (x.disabled = b));
 
@@ -78,15 +79,15 @@ export function editPage(): HTMLElement {
       // With INFER ... COMPARE: one request, base (the vindex as stored) vs edited. Without: an
       // INFER in this session before the INSERT, and one after.
       const compare = await compareSupported();
-      const infer = `INFER ${q(prompt.input.value)} TOP 5`;
+      const infer = `INFER ${lqlQuote(prompt.input.value, "prompt")} TOP 5`;
       let b: LqlDoc | null = null;
       if (!compare) {
         b = (await lql(infer, session))[0];
         before.replaceChildren(el("h3", {}, "Before"), renderDoc(b));
       }
       status.textContent = "inserting…";
-      const begin = recording || !record.checked ? "" : `BEGIN PATCH ${q(patch.input.value)}; `;
-      const ins = `INSERT INTO EDGES (entity, relation, target) VALUES (${q(entity.input.value)}, ${q(relation.input.value)}, ${q(target.input.value)})`;
+      const begin = recording || !record.checked ? "" : `BEGIN PATCH ${lqlQuote(patch.input.value, "patch file")}; `;
+      const ins = `INSERT INTO EDGES (entity, relation, target) VALUES (${lqlQuote(entity.input.value, "entity")}, ${lqlQuote(relation.input.value, "relation")}, ${lqlQuote(target.input.value, "target")})`;
       const docs = await lql(`${begin}${ins}; ${infer}${compare ? " COMPARE" : ""}`, session);
       recording ||= record.checked;
       let a = docs[docs.length - 1];
@@ -96,7 +97,8 @@ export function editPage(): HTMLElement {
       }
       const sec = renderDoc(a);
       if (b) markChanges(b, a, sec);
-      after.replaceChildren(el("h3", {}, "After"), sec, ...docs.slice(0, -1).filter((d) => d.statement === "INSERT").map(renderDoc));
+      after.replaceChildren(el("h3", {}, "After"), sec);
+      log.replaceChildren(...docs.slice(0, -1).filter((d) => d.statement === "INSERT").map(renderDoc));
       status.textContent = recording ? `inserted; recording into ${patch.input.value}` : "inserted into this session";
     } catch (e) {
       status.replaceChildren(errorBox(e));
@@ -110,7 +112,7 @@ export function editPage(): HTMLElement {
       const docs = await lql("SAVE PATCH; SHOW PATCHES", session);
       recording = false;
       status.replaceChildren(`saved ${patch.input.value}`);
-      after.append(...docs.slice(1).map(renderDoc));
+      log.append(...docs.slice(1).map(renderDoc));
     } catch (e) {
       status.replaceChildren(errorBox(e));
     } finally {
@@ -120,7 +122,7 @@ export function editPage(): HTMLElement {
   const remove = async () => {
     busy(true);
     try {
-      await lql(`REMOVE PATCH ${q(patch.input.value)}`, session);
+      await lql(`REMOVE PATCH ${lqlQuote(patch.input.value, "patch file")}`, session);
       status.replaceChildren(`removed ${patch.input.value} from the session`);
     } catch (e) {
       status.replaceChildren(errorBox(e));
@@ -133,6 +135,7 @@ export function editPage(): HTMLElement {
     recording = false;
     before.replaceChildren(el("h3", {}, "Before"));
     after.replaceChildren(el("h3", {}, "After"));
+    log.replaceChildren();
     status.textContent = "a new session: no edits";
   };
   const btn = (id: string, label: string, f: () => void) => {
@@ -154,6 +157,7 @@ export function editPage(): HTMLElement {
     ),
     status,
     el("div", { class: "sides" }, before, after),
+    log,
   );
   return page;
 }

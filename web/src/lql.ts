@@ -7,6 +7,7 @@ import { autocompletion, type CompletionContext } from "@codemirror/autocomplete
 import { EditorSelection } from "@codemirror/state";
 import { tags } from "@lezer/highlight";
 import { lql, newSessionId } from "./api";
+import { codePointLengthAt, utf16OffsetOfColumn } from "./lqltext";
 import { el, errorBox, renderDoc } from "./table";
 
 /** The language's keywords, as src/lql/parser.cc lists them. */
@@ -79,8 +80,9 @@ export function lqlPage(): HTMLElement {
   fillHistory();
 
   const run = async () => {
-    const query = view.state.doc.toString().trim();
-    if (!query) return;
+    // Sent as typed, blank lines included: the server's LINE:COL are then the editor's lines.
+    const query = view.state.doc.toString();
+    if (!query.trim()) return;
     history = [query, ...history.filter((h) => h !== query)].slice(0, 50);
     localStorage.setItem(HISTORY_ITEM, JSON.stringify(history));
     fillHistory();
@@ -96,9 +98,11 @@ export function lqlPage(): HTMLElement {
       status.textContent = "";
       const err = e as { line?: number; column?: number };
       if (err.line && err.line <= view.state.doc.lines) {
+        // The server's column counts code points; CodeMirror's offsets are UTF-16 units.
         const line = view.state.doc.line(err.line);
-        const pos = Math.min(line.from + Math.max(0, (err.column ?? 1) - 1), line.to);
-        view.dispatch({ selection: EditorSelection.range(pos, Math.min(pos + 1, line.to)), scrollIntoView: true });
+        const off = utf16OffsetOfColumn(line.text, err.column ?? 1);
+        const pos = line.from + off;
+        view.dispatch({ selection: EditorSelection.range(pos, pos + codePointLengthAt(line.text, off)), scrollIntoView: true });
         view.focus();
       }
     } finally {

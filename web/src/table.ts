@@ -1,5 +1,6 @@
 // A result table that sorts by a column on click (or Enter/Space on the header's button).
 import type { LqlDoc } from "./api";
+import { errorText } from "./lqltext";
 
 export function cellText(v: unknown): string {
   if (v === null || v === undefined) return "";
@@ -85,10 +86,10 @@ export function el<K extends keyof HTMLElementTagNameMap>(
   return e;
 }
 
-/** An error box; with line:column when the server gave them. */
+/** An error box; with line:column when the server gave them and its message does not say them. */
 export function errorBox(e: unknown): HTMLElement {
   const p = el("p", { class: "error", role: "alert" });
   const err = e as { message?: string; line?: number; column?: number };
-  p.textContent = (err.message ?? String(e)) + (err.line ? ` (line ${err.line}, column ${err.column})` : "");
+  p.textContent = errorText(err.message ?? String(e), err.line, err.column);
   return p;
 }
