@@ -29,6 +29,7 @@ void EditState::apply(const std::shared_ptr<const WeightSource>& base, const Pat
       const FeatureEditReport rep = next->set_ffn_feature(op.layer, op.feature, g, u, d);
       clamped += rep.clamped;
       down_changed[op.layer].insert(rep.changed_columns.begin(), rep.changed_columns.end());
+      for (int64_t f : rep.changed_columns) down_records.erase({op.layer, f});
       touched.insert({op.layer, op.feature});
       if (g) {
         std::vector<float> row;
@@ -66,6 +67,7 @@ void EditState::rebuild(const std::shared_ptr<const WeightSource>& base) {
   gate_rows.clear();
   touched.clear();
   down_changed.clear();
+  down_records.clear();
   knn.clear();
   clamped = 0;
   for (const auto& p : applied)

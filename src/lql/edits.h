@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lql/patch.h"
+#include "vindex/down_meta_file.h"
 
 namespace larql {
 class WeightSource;
@@ -52,6 +53,12 @@ class EditState {
   /// Per layer, the down columns whose stored values changed (down_meta must be recomputed).
   std::map<int64_t, std::set<int64_t>> down_changed;
   std::vector<KnnFact> knn;
+  /// down_meta records (top_k entries each) of features in down_changed, recomputed from the
+  /// overlay's down columns on first use (detail::edited_down_record): what COMPILE writes and
+  /// what the session's tables show. An op drops the records of the columns it changed.
+  std::map<std::pair<int64_t, int64_t>, std::vector<vindex::TokenScore>> down_records;
+  /// [vocab]: tokens that decode to nothing, never listed in a record (kept across rebuilds).
+  std::shared_ptr<const std::vector<uint8_t>> down_skip;
   /// Rows clamped while writing down columns, over all ops (FeatureEditReport::clamped).
   int64_t clamped = 0;
 

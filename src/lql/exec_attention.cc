@@ -31,7 +31,7 @@ Table explain_attention(Session& s, const ExplainStmt& st, const std::vector<int
   Table t;
   t.statement = "EXPLAIN";
   t.columns = {{"layer", Column::Type::Int}, {"head", Column::Type::Int},  {"rank", Column::Type::Int},
-               {"pos", Column::Type::Int},   {"token"},                   {"weight", Column::Type::Float, 4}};
+               {"pos", Column::Type::Int},   Column{"token", Column::Type::Text, 4, true},                 {"weight", Column::Type::Float, 4}};
   std::vector<float> x(static_cast<size_t>(n * hidden)), q(static_cast<size_t>(n * c.q_dim())),
       kk(static_cast<size_t>(n * c.kv_dim())), v(static_cast<size_t>(n * c.kv_dim()));
   for (int64_t l : layers) {
@@ -64,7 +64,7 @@ Table explain_attention(Session& s, const ExplainStmt& st, const std::vector<int
       });
       for (size_t i = 0; i < top; ++i) {
         const int64_t j = lo + order[i];
-        t.rows.push_back({l, h, static_cast<int64_t>(i + 1), j, s.token_text(run.tokens[static_cast<size_t>(j)]),
+        t.rows.push_back({l, h, static_cast<int64_t>(i + 1), j, s.token_piece(run.tokens[static_cast<size_t>(j)]),
                           static_cast<double>(w[static_cast<size_t>(order[i])])});
       }
     }

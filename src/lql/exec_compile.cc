@@ -66,12 +66,6 @@ void link_or_copy(const fs::path& from, const fs::path& to) {
   std::ifstream probe(to);  // the copy is fsynced with the directory below
 }
 
-bool decodes_to_nothing(const Tokenizer& tok, int32_t id) {
-  for (unsigned char c : tok.decode({id}, true))
-    if (!std::isspace(c)) return false;
-  return true;
-}
-
 }  // namespace
 
 Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
@@ -111,8 +105,16 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
       if (!keep) fs::remove_all(p, ec);
     }
   } cleanup{staging};
-  fs::remove_all(staging);
-  fs::create_directories(staging);
+  {
+    // The staging directory beside the output: where the OS refuses it (/proc, a read-only or
+    // full file system), an I/O error naming the output, not the library's exception.
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    if (!ec) fs::create_directories(staging, ec);
+    if (ec)
+      throw Error(ErrorKind::Io, "COMPILE at " + pos.str() + ": cannot write " + st.path + ": creating " + staging.string() +
+                                     ": " + ec.message());
+  }
   std::set<std::string> rewritten;
   int64_t tensors = 0, rows = 0, records = 0, edited_slots = 0;
   // ffn_weights.bin (and any file holding a replaced tensor): splice the overlay's bytes in at
@@ -158,15 +160,6 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
   bool any_down = false;
   for (const auto& [l, fs_] : ed.down_changed) any_down |= !fs_.empty();
   if (dm && any_down) {
-    auto model = s.model("COMPILE");
-    const Tokenizer& tok = s.tokenizer();
-    const TensorView& emb = model->weights().token_embd;
-    std::vector<uint8_t> skip(static_cast<size_t>(emb.rows), 0);
-    for (int64_t t = 0; t < emb.rows && t < tok.vocab_size(); ++t)
-      skip[static_cast<size_t>(t)] = decodes_to_nothing(tok, static_cast<int32_t>(t)) ? 1 : 0;
-    compute::TopKOptions topt;
-    topt.top_k = static_cast<int>(dm->top_k());
-    topt.skip = &skip;
     const uint64_t rec = 8 + 8ull * dm->top_k();
     std::vector<uint64_t> layer_off(dm->num_layers());
     uint64_t off = 16;
@@ -178,26 +171,19 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
     std::vector<Splice> sp;
     for (const auto& [l, feats] : ed.down_changed) {
       if (feats.empty() || l >= dm->num_layers()) continue;
-      const std::vector<int64_t> fv(feats.begin(), feats.end());
-      std::vector<float> cols(fv.size() * static_cast<size_t>(ix.hidden_size));
-      std::vector<float> col;
-      for (size_t i = 0; i < fv.size(); ++i) {
-        ed.overlay->ffn_feature(l, fv[i], nullptr, nullptr, &col);
-        std::copy(col.begin(), col.end(), cols.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(ix.hidden_size)));
-      }
-      const auto top = compute::top_k_rows(s.pool(), emb, cols.data(), static_cast<int64_t>(fv.size()), topt);
-      for (size_t i = 0; i < fv.size(); ++i) {
-        if (fv[i] >= dm->num_features(static_cast<uint32_t>(l))) continue;
+      // The records the session shows (lql/down_view.cc): COMPILE writes exactly those.
+      for (int64_t f : feats) {
+        const auto* r = edited_down_record(s, l, f);
+        if (!r) continue;
         std::vector<uint8_t> b(rec, 0);
         auto put = [&](size_t at, uint32_t tokid, float score) {
           std::memcpy(b.data() + at, &tokid, 4);
           std::memcpy(b.data() + at + 4, &score, 4);
         };
-        const auto* first = &top[i * dm->top_k()];
-        put(0, static_cast<uint32_t>(first[0].row), first[0].score);
-        for (uint32_t k = 0; k < dm->top_k(); ++k) put(8 + 8 * k, static_cast<uint32_t>(first[k].row), first[k].score);
+        put(0, (*r)[0].token, (*r)[0].logit);
+        for (uint32_t k = 0; k < dm->top_k(); ++k) put(8 + 8 * k, (*r)[k].token, (*r)[k].logit);
         bufs.push_back(std::move(b));
-        sp.push_back({layer_off[static_cast<size_t>(l)] + rec * static_cast<uint64_t>(fv[i]), nullptr, rec});
+        sp.push_back({layer_off[static_cast<size_t>(l)] + rec * static_cast<uint64_t>(f), nullptr, rec});
         ++records;
       }
     }

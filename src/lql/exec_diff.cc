@@ -18,7 +18,8 @@
 namespace larql::lql::detail {
 namespace {
 
-std::string ref_name(const VindexRef& r, Session& s) { return r.current ? s.path() : r.path; }
+// CURRENT is the vindex in use with the session's edits: say so, or both sides read alike.
+std::string ref_name(const VindexRef& r, Session& s) { return r.current ? s.path() + " (edited session)" : r.path; }
 
 /// A row of `t` as floats (dequantised; exact for float types).
 void row_floats(const TensorView& t, int64_t r, std::vector<float>& out) {
@@ -66,8 +67,9 @@ void check_patch_path(Session& s, const std::string& name, Pos pos) {
   const auto rel = path.lexically_relative(fs::weakly_canonical(fs::absolute(s.path())));
   if (!rel.empty() && *rel.begin() != "..")
     throw Error(ErrorKind::InvalidArgument, "DIFF ... INTO PATCH at " + pos.str() + ": " + name + " is inside the vindex in use");
-  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
-    throw Error(ErrorKind::InvalidArgument, "DIFF ... INTO PATCH at " + pos.str() + ": " + name + " exists and is not a file");
+  if (fs::exists(path, ec))  // a patch file is never written over (BEGIN / SAVE PATCH's rule)
+    throw Error(ErrorKind::InvalidArgument, "DIFF ... INTO PATCH at " + pos.str() + ": " + name +
+                                                " already exists; remove it first or choose another name");
 }
 
 // The weights a side runs: the session's edited overlay for the session itself, else the vindex's own.
@@ -151,7 +153,7 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
   t.statement = "DIFF";
   t.title = "Features that differ: " + na + " -> " + nb;
   t.columns = {{"layer", Column::Type::Int},  {"feature", Column::Type::Int}, {"changed"},
-               {"old_top"},                   {"new_top"},                   {"gate_cos", Column::Type::Float, 4}};
+               Column{"old_top", Column::Type::Text, 4, true}, Column{"new_top", Column::Type::Text, 4, true},                   {"gate_cos", Column::Type::Float, 4}};
   int64_t total = 0, compared = 0;
   std::vector<float> ga, gb;
   for (int64_t l : layers) {
@@ -212,8 +214,8 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
       }
       if (st.limit && static_cast<int64_t>(t.rows.size()) >= *st.limit) continue;
       Cell old_top, new_top;
-      if (top_a) old_top = A.token_text(top_a->first);
-      if (top_b) new_top = B.token_text(top_b->first);
+      if (top_a) old_top = A.token_piece(top_a->first);
+      if (top_b) new_top = B.token_piece(top_b->first);
       t.rows.push_back({l, f, changed, old_top, new_top, cosine(ga, gb)});
     }
   }
@@ -241,7 +243,7 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
     p.description = "DIFF " + na + " -> " + nb + (st.relation ? " RELATION " + *st.relation : std::string());
     p.created_at = utc_timestamp();
     p.ops = std::move(ops);
-    save_patch(*st.into_patch, p);
+    save_patch(*st.into_patch, p, /*replace=*/false);
     t.notes.push_back("wrote " + *st.into_patch + ": " + std::to_string(p.ops.size()) + " update op(s)" +
                       (differ == 0 ? "; APPLY PATCH on " + na + " gives " + nb + "'s FFN tensors byte for byte"
                                    : "; warning: with it applied, " + std::to_string(differ) +
@@ -283,7 +285,7 @@ Table exec_compile_model(Session& s, const CompileStmt& st, Pos pos) {
   const auto r = extract::export_gguf(model->source(), st.path, opt);
   Table t;
   t.statement = "COMPILE";
-  t.title = "Compiled " + src + " into " + st.path + " (" + pos.str() + ")";
+  t.title = "Compiled " + src + " into " + st.path;
   t.columns = {{"key"}, {"value"}};
   t.rows.push_back({std::string("path"), st.path});
   t.rows.push_back({std::string("tensors"), std::to_string(r.tensors)});

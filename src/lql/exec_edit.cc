@@ -55,6 +55,28 @@ const char* const kDecoys[] = {
 };
 const char* const kEntities[] = {"France", "Germany", "Japan", "Brazil", "Italy", "Canada", "Egypt", "India"};
 
+// Whether two patch names name one file: equal, or the same path once made absolute and
+// normalised (REMOVE PATCH "x.vlp" finds the patch BEGIN PATCH "./x.vlp" recorded; over HTTP both
+// are resolved inside --lql-allow-files first).
+bool same_patch(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  if (a.empty() || b.empty()) return false;
+  std::error_code ec;
+  const fs::path pa = fs::weakly_canonical(fs::absolute(a), ec);
+  if (ec) return false;
+  const fs::path pb = fs::weakly_canonical(fs::absolute(b), ec);
+  return !ec && pa == pb;
+}
+
+// A patch file is never written over: COMPILE's rule (LQL has no --force).
+void refuse_existing_patch(const std::string& what, const std::string& name, Pos pos) {
+  std::error_code ec;
+  if (fs::exists(fs::path(name), ec))
+    throw Error(ErrorKind::InvalidArgument, what + " at " + pos.str() + ": " + name +
+                                                " already exists; remove it first or choose another name (a patch file is "
+                                                "never written over)");
+}
+
 PatchLimits limits(Session& s) {
   const auto& ix = s.index();
   return PatchLimits{ix.num_layers, ix.intermediate_size, ix.hidden_size, ix.vocab_size};
@@ -176,7 +198,8 @@ void record_edits(Session& s, std::vector<PatchOp> ops, std::vector<std::string>
   if (!e.recording) {
     e.recording = NamedPatch{"", Patch{}};
     e.anonymous = true;
-    notes->push_back("Auto-patch started (SAVE PATCH after BEGIN PATCH \"file.vlp\" keeps it; edits are lost on exit)");
+    notes->push_back("Auto-patch started: the edits live in this session only (BEGIN PATCH \"file.vlp\" then SAVE PATCH "
+                     "writes them to a file)");
   }
   const EditState saved = e;
   try {
@@ -431,7 +454,7 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
         std::error_code ec;
         const fs::path path = fs::weakly_canonical(fs::absolute(st.name));
         if (path.extension() != ".vlp")
-          throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": a patch file's name ends in .vlp, got "" + st.name + """);
+          throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": a patch file's name ends in .vlp, got \"" + st.name + "\"");
         if (!fs::is_directory(path.parent_path(), ec))
           throw Error(ErrorKind::NotFound, "BEGIN PATCH at " + pos.str() + ": no directory " + path.parent_path().string());
         const auto rel = path.lexically_relative(fs::weakly_canonical(fs::absolute(s.path())));
@@ -439,6 +462,7 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
           throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": " + st.name + " is inside the vindex in use");
         if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
           throw Error(ErrorKind::InvalidArgument, "BEGIN PATCH at " + pos.str() + ": " + st.name + " exists and is not a file");
+        refuse_existing_patch("BEGIN PATCH", st.name, pos);
       }
       if (!ed.recording) ed.recording = NamedPatch{st.name, Patch{}};
       ed.recording->name = st.name;
@@ -455,7 +479,8 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
       p.patch.base_fingerprint = base()->fingerprint();
       p.patch.created_at = utc_timestamp();
       p.patch.description = p.name;
-      save_patch(p.name, p.patch);
+      refuse_existing_patch("SAVE PATCH", p.name, pos);  // it may have appeared since BEGIN PATCH
+      save_patch(p.name, p.patch, /*replace=*/false);
       // The recorded ops stay live, now as an applied patch.
       ed.applied.push_back(std::move(p));
       ed.recording.reset();
@@ -464,7 +489,7 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
     }
     case PatchStmt::Op::Apply: {
       for (const auto& p : ed.applied)
-        if (p.name == st.name) throw Error(ErrorKind::InvalidArgument, "APPLY PATCH at " + pos.str() + ": \"" + st.name + "\" is already applied");
+        if (same_patch(p.name, st.name)) throw Error(ErrorKind::InvalidArgument, "APPLY PATCH at " + pos.str() + ": \"" + st.name + "\" is already applied");
       const std::string fp = base()->fingerprint();
       Patch p = load_patch(st.name, limits(s));
       if (p.base_model != s.index().model)
@@ -486,9 +511,9 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
       return t;
     }
     case PatchStmt::Op::Remove: {
-      auto it = std::find_if(ed.applied.begin(), ed.applied.end(), [&](const NamedPatch& p) { return p.name == st.name; });
+      auto it = std::find_if(ed.applied.begin(), ed.applied.end(), [&](const NamedPatch& p) { return same_patch(p.name, st.name); });
       if (it == ed.applied.end()) {
-        if (ed.recording && ed.recording->name == st.name && !st.name.empty()) {
+        if (ed.recording && !st.name.empty() && same_patch(ed.recording->name, st.name)) {
           ed.recording.reset();
         } else {
           std::string names;

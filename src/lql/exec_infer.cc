@@ -7,6 +7,7 @@
 #include "inference/kv_cache.h"
 #include "lql/edits.h"
 #include "lql/exec_internal.h"
+#include "lql/printer.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -170,18 +171,24 @@ namespace {
 // One ranked prediction of INFER.
 struct Pred {
   int64_t id = 0;
-  double prob = 0, logit = 0;
+  double prob = 0;
+  std::optional<double> logit;  ///< the model's; none for the KNN row (its rank is not the logit's)
+  bool knn = false;             ///< the target of a matching KNN fact
 };
 
-// INFER's ranked top `top` of a run: a KNN fact that matches (with `knn`) first, then the logits'
-// top tokens. Notes about the KNN store go to `notes`.
+// INFER's ranked top `top` of a run. Without a KNN answer: the model's softmax. With one (a fact
+// of confidence c matches): one distribution, the fact mixed with the model —
+// P(target) = c + (1 - c) p_model(target), P(other) = (1 - c) p_model(other) — ranked by it, the
+// KNN row without a logit (docs/lql.md "What runs", INFER). Notes about the KNN store go to `notes`.
 std::vector<Pred> predictions(Session& s, const ForwardRun& run, const std::string& prompt, size_t top, bool verify,
                               bool knn_store, std::vector<std::string>& notes) {
   const auto p = softmax(run.last_logits);
   std::vector<Pred> out;
-  // The KNN store (INSERT ... MODE KNN): a fact whose key matches puts its target first.
+  // The KNN store (INSERT ... MODE KNN).
   std::optional<KnnMatch> knn;
   if (knn_store) knn = knn_lookup(s, run, prompt, verify);
+  double c = 0;
+  int64_t target = -1;
   if (knn) {
     const KnnFact& f = s.edits().knn[knn->fact];
     char buf[96];
@@ -190,16 +197,26 @@ std::vector<Pred> predictions(Session& s, const ForwardRun& run, const std::stri
       notes.push_back("KNN fact " + f.entity + " -[" + f.relation + "]-> " + f.target + " matched (cosine " + buf +
                       ") but the prompt does not mention \"" + f.entity + "\": not used (VERIFY OFF uses it)");
     } else {
+      c = std::clamp(f.confidence, 0.0, 1.0);
+      target = f.target_id;
+      const double pt = p[static_cast<size_t>(target)];
+      char mix[256];
+      std::snprintf(mix, sizeof mix,
+                    "confidence %.4g) answers (source = knn): its probability = %.4g + %.4g x the model's %.4f; the model's "
+                    "rows (source = model) are its probabilities x %.4g",
+                    c, c, 1 - c, pt, 1 - c);
       notes.push_back("KNN store: " + f.entity + " -[" + f.relation + "]-> " + f.target + " (cosine " + buf + ", layer " +
-                      std::to_string(f.layer) + ") answers first");
-      out.push_back({f.target_id, f.confidence, static_cast<double>(run.last_logits[static_cast<size_t>(f.target_id)])});
+                      std::to_string(f.layer) + ", " + mix);
+      out.push_back({target, c + (1 - c) * pt, std::nullopt, true});
     }
   }
   for (int64_t id : top_ids(run.last_logits, top + 1)) {
-    if (out.size() >= top) break;
-    if (knn && !knn->refused && id == s.edits().knn[knn->fact].target_id) continue;
-    out.push_back({id, p[static_cast<size_t>(id)], static_cast<double>(run.last_logits[static_cast<size_t>(id)])});
+    if (id == target) continue;
+    out.push_back({id, (1 - c) * p[static_cast<size_t>(id)], static_cast<double>(run.last_logits[static_cast<size_t>(id)]), false});
   }
+  // By probability; the KNN row first on a tie (c = 1 puts every model row at 0).
+  std::stable_sort(out.begin(), out.end(), [](const Pred& a, const Pred& b) { return a.prob > b.prob; });
+  if (out.size() > top) out.resize(top);
   return out;
 }
 
@@ -211,8 +228,8 @@ Table infer_compare(Session& s, const InferStmt& st) {
   const bool edited = ed.op_count() > 0;
   Table t;
   t.statement = "INFER";
-  t.columns = {{"rank", Column::Type::Int},         {"base_token"},  {"base_token_id", Column::Type::Int},
-               {"base_prob", Column::Type::Float, 4}, {"edited_token"}, {"edited_token_id", Column::Type::Int},
+  t.columns = {{"rank", Column::Type::Int},         Column{"base_token", Column::Type::Text, 4, true},  {"base_token_id", Column::Type::Int},
+               {"base_prob", Column::Type::Float, 4}, Column{"edited_token", Column::Type::Text, 4, true}, {"edited_token_id", Column::Type::Int},
                {"edited_prob", Column::Type::Float, 4}};
   std::vector<std::string> base_notes;
   const ForwardRun run = run_forward(s, st.prompt, false, "INFER ... COMPARE");
@@ -236,7 +253,7 @@ Table infer_compare(Session& s, const InferStmt& st) {
     for (const std::vector<Pred>* side : {static_cast<const std::vector<Pred>*>(&before), &after}) {
       if (i < side->size()) {
         const Pred& q = (*side)[i];
-        row.insert(row.end(), {s.token_text(q.id), q.id, q.prob});
+        row.insert(row.end(), {s.token_piece(q.id), q.id, q.prob});
       } else {
         row.insert(row.end(), {Cell{}, Cell{}, Cell{}});
       }
@@ -255,17 +272,19 @@ Table infer_compare(Session& s, const InferStmt& st) {
 }  // namespace
 
 Table exec_infer(Session& s, const InferStmt& st, Pos pos) {
-  (void)pos;
+  if (st.top && *st.top < 1)
+    throw Error(ErrorKind::InvalidArgument, "INFER at " + pos.str() + ": TOP must be at least 1, got " + std::to_string(*st.top));
   if (st.compare) return infer_compare(s, st);
   const ForwardRun run = run_forward(s, st.prompt, false, "INFER");
   Table t;
   t.statement = "INFER";
   t.title = "Predictions for \"" + st.prompt + "\" (" + std::to_string(run.tokens.size()) + " tokens, dense forward)";
-  t.columns = {{"rank", Column::Type::Int}, {"token"}, {"token_id", Column::Type::Int},
-               {"probability", Column::Type::Float, 4}, {"logit", Column::Type::Float, 3}};
+  t.columns = {{"rank", Column::Type::Int}, Column{"token", Column::Type::Text, 4, true}, {"token_id", Column::Type::Int},
+               {"probability", Column::Type::Float, 4}, {"logit", Column::Type::Float, 3}, {"source"}};
   int64_t rank = 1;
   for (const Pred& q : predictions(s, run, st.prompt, static_cast<size_t>(st.top.value_or(5)), st.verify, true, t.notes))
-    t.rows.push_back({rank++, s.token_text(q.id), q.id, q.prob, q.logit});
+    t.rows.push_back({rank++, s.token_piece(q.id), q.id, q.prob, q.logit ? Cell{*q.logit} : Cell{},
+                      std::string(q.knn ? "knn" : "model")});
   return t;
 }
 
@@ -275,12 +294,18 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
   const auto& cfg = model->config();
   const int64_t hidden = cfg.hidden, vocab = cfg.vocab;
   int64_t target = top_ids(run.last_logits, 1)[0];
+  std::string cut_note;
   if (st.target) {
-    const std::string text = (!st.target->empty() && st.target->front() == ' ') ? *st.target : " " + *st.target;
+    if (st.target->find_first_not_of(" \t\n\r") == std::string::npos)
+      throw Error(ErrorKind::InvalidArgument, "TRACE ... FOR at " + pos.str() + ": the target is empty (FOR \"word\" names the token to trace)");
+    const std::string text = st.target->front() == ' ' ? *st.target : " " + *st.target;
     auto ids = s.tokenizer().encode(text, false, false);
     if (ids.empty()) ids = s.tokenizer().encode(*st.target, false, false);
     if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "TRACE ... FOR at " + pos.str() + ": the target has no tokens");
     target = ids[0];
+    if (ids.size() > 1)
+      cut_note = "the target \"" + *st.target + "\" is " + std::to_string(ids.size()) + " tokens; traced its first, " +
+                 quote_string(s.tokenizer().token_to_piece(static_cast<int32_t>(target))) + " (id " + std::to_string(target) + ")";
   }
   std::vector<int64_t> layers = layers_of(s, st.layers, pos);
   // The logit lens at three points of each layer: x entering, h = x + attention, x leaving.
@@ -316,7 +341,7 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
   t.columns = {{"pos", Column::Type::Int},          {"layer", Column::Type::Int},        {"rank", Column::Type::Int},
                {"prob", Column::Type::Float, 4},    {"logit", Column::Type::Float, 3},   {"attn", Column::Type::Float, 3},
                {"ffn", Column::Type::Float, 3},     {"who"},
-               {"top_token"},                       {"top_prob", Column::Type::Float, 4}};
+               Column{"top_token", Column::Type::Text, 4, true}, {"top_prob", Column::Type::Float, 4}};
   if (st.decompose) {
     t.columns.push_back({"attn_norm", Column::Type::Float, 2});
     t.columns.push_back({"ffn_norm", Column::Type::Float, 2});
@@ -366,15 +391,17 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
     const Lens& out = lens[out_idx[i]];
     const double attn = static_cast<double>(lens[h_idx[i]].logit) - lens[in_idx[i]].logit;
     const double ffn = static_cast<double>(out.logit) - lens[h_idx[i]].logit;
+    // Both moved it the same way by more than the threshold: BOTH up / both down; else the larger
+    // |change| names the part, with its sign (attention -187.9 and the FFN +60.4: "attn down").
+    const bool attn_big = std::fabs(attn) >= std::fabs(ffn);
+    const double big = attn_big ? attn : ffn;
     const char* who = attn > 0.5 && ffn > 0.5     ? "BOTH up"
-                      : attn > 0.5 && attn >= ffn ? "ATTN up"
-                      : ffn > 0.5                 ? "FFN up"
                       : attn < -0.5 && ffn < -0.5 ? "both down"
-                      : attn < -0.5               ? "attn down"
-                      : ffn < -0.5                ? "ffn down"
-                                                  : "~";
+                      : std::fabs(big) <= 0.5     ? "~"
+                      : big > 0                   ? (attn_big ? "ATTN up" : "FFN up")
+                                                  : (attn_big ? "attn down" : "ffn down");
     std::vector<Cell> row = {picked[i]->pos, picked[i]->layer, out.rank, out.prob, static_cast<double>(out.logit),
-                             attn, ffn, std::string(who), s.token_text(out.top), out.top_prob};
+                             attn, ffn, std::string(who), s.token_piece(out.top), out.top_prob};
     if (st.decompose) {
       const double an = norm(picked[i]->attn_out), fn = norm(picked[i]->ffn_out);
       row.push_back(an);
@@ -384,6 +411,7 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
     }
     t.rows.push_back(std::move(row));
   }
+  if (!cut_note.empty()) t.notes.push_back(cut_note);
   return t;
 }
 

@@ -12,6 +12,10 @@
 #include "lql/session.h"
 #include "lql/table.h"
 
+namespace larql {
+class OverlaySource;
+}
+
 namespace larql::lql::detail {
 
 /// Error{Unsupported}: "<what> is not built yet (LINE:COL)[: why]".
@@ -35,10 +39,21 @@ std::vector<int64_t> layers_of_band(Session& s, Band b, Pos pos);
 /// Check a single layer. Errors: InvalidArgument naming the layer, the range and `pos`.
 void check_layer(Session& s, int64_t layer, Pos pos);
 
-/// The tokens a feature writes (down_meta), top first, up to n, after the first `skip` entries;
+/// The tokens a feature writes (down_meta, or the session's edited record), top first, up to n, after the first `skip` entries;
 /// a text already listed (or skipped) is not repeated. Empty when the vindex has no down_meta.
 std::vector<std::string> feature_tokens(Session& s, int64_t layer, int64_t feature, size_t skip, size_t n);
-/// Top token id and c_score of a feature; nullopt without down_meta or for an empty record.
+/// The down_meta records (top_k entries, best first) of `features` of `layer` as `src` stores their
+/// down columns: the top tokens of token_embd · column (tokens that decode to nothing skipped),
+/// exactly what COMPILE writes; an all-zero column gets no record ({0, 0} entries). Empty without
+/// down_meta. Errors: the model's.
+std::vector<std::vector<vindex::TokenScore>> down_records_of(Session& s, const OverlaySource& src, int64_t layer,
+                                                             const std::vector<int64_t>& features);
+/// The session's record of a feature whose down column its edits changed (computed on first use
+/// for every changed column of the layer, kept until an op changes it again); nullptr when the
+/// edits left the feature's down column as stored (down_meta.bin's record stands).
+const std::vector<vindex::TokenScore>* edited_down_record(Session& s, int64_t layer, int64_t feature);
+/// Top token id and c_score of a feature (the session's edited record when its down column
+/// changed); nullopt without down_meta or for an empty record.
 std::optional<std::pair<int64_t, double>> feature_top(Session& s, int64_t layer, int64_t feature);
 
 /// Per layer, the top k gate-KNN hits of that layer's query (queries[i] for layers[i]): rows

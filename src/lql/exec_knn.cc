@@ -58,7 +58,7 @@ bool entity_token(const std::string& t) {
 
 Table feature_rows(Session& s, const std::vector<int64_t>& layers) {
   Table t;
-  t.columns = {{"layer", Column::Type::Int},  {"feature", Column::Type::Int},         {"token"},
+  t.columns = {{"layer", Column::Type::Int},  {"feature", Column::Type::Int},         Column{"token", Column::Type::Text, 4, true},
                {"token_id", Column::Type::Int}, {"score", Column::Type::Float, 4}, {"also", Column::Type::List}};
   for (int64_t l : layers) {
     s.check_cancel();
@@ -69,7 +69,7 @@ Table feature_rows(Session& s, const std::vector<int64_t>& layers) {
         t.rows.push_back({l, f, Cell{}, Cell{}, Cell{}, std::vector<std::string>{}});
         continue;
       }
-      t.rows.push_back({l, f, s.token_text(top->first), top->first, top->second, feature_tokens(s, l, f, 1, 4)});
+      t.rows.push_back({l, f, s.token_piece(top->first), top->first, top->second, feature_tokens(s, l, f, 1, 4)});
     }
   }
   add_relation_column(s, t);
@@ -155,11 +155,11 @@ Table nearest_entities(Session& s, const std::string& x, std::optional<int64_t> 
     std::sort(order.begin(), order.end(), better);
   }
   Table t;
-  t.columns = {{"entity"}, {"token_id", Column::Type::Int}, {"cosine", Column::Type::Float, 4},
+  t.columns = {Column{"entity", Column::Type::Text, 4, true}, {"token_id", Column::Type::Int}, {"cosine", Column::Type::Float, 4},
                {"features", Column::Type::Int}};
   for (int64_t id : order) {
     auto w = writers.find(id);
-    t.rows.push_back({s.token_text(id), id, cos[static_cast<size_t>(id)], w == writers.end() ? int64_t{0} : w->second});
+    t.rows.push_back({s.token_piece(id), id, cos[static_cast<size_t>(id)], w == writers.end() ? int64_t{0} : w->second});
   }
   return t;
 }
@@ -169,12 +169,12 @@ Table nearest_entities(Session& s, const std::string& x, std::optional<int64_t> 
 Table hits_table(Session& s, const std::vector<int64_t>& layers, const std::vector<std::vector<float>>& queries, int k) {
   Table t;
   t.columns = {{"layer", Column::Type::Int},    {"feature", Column::Type::Int},       {"gate", Column::Type::Float, 2},
-               {"token"},                      {"token_id", Column::Type::Int},      {"c_score", Column::Type::Float, 2},
+               Column{"token", Column::Type::Text, 4, true}, {"token_id", Column::Type::Int},      {"c_score", Column::Type::Float, 2},
                {"also", Column::Type::List}};
   for (size_t i = 0; i < layers.size(); ++i)
     for (const auto& h : s.gate_knn(layers[i], queries[i].data(), k)) {
       auto top = feature_top(s, h.layer, h.feature);
-      t.rows.push_back({h.layer, h.feature, static_cast<double>(h.score), top ? Cell{s.token_text(top->first)} : Cell{},
+      t.rows.push_back({h.layer, h.feature, static_cast<double>(h.score), top ? Cell{s.token_piece(top->first)} : Cell{},
                         top ? Cell{top->first} : Cell{}, top ? Cell{top->second} : Cell{},
                         feature_tokens(s, h.layer, h.feature, 1, 3)});
     }
@@ -215,7 +215,9 @@ Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
     int64_t layer = 0, feature = 0, hits = 0;
     std::set<int64_t> layers;
   };
-  std::map<std::string, Edge> edges;  // by lower-cased token
+  // By (band, lower-cased token): tokens that differ only in case merge within a band, never
+  // across bands ("Countries" at L12 and "countries" at L17 are two edges).
+  std::map<std::pair<std::string, std::string>, Edge> edges;
   const std::string self = lower(st.entity);
   for (int64_t l : layers)
     for (const auto& h : s.gate_knn(l, q->data(), 20)) {
@@ -225,7 +227,9 @@ Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
       if (!top) continue;
       const std::string tok = s.token_text(top->first);
       if (!raw && (!content_token(tok) || lower(tok) == self)) continue;
-      Edge& e = edges[lower(tok)];
+      std::string band = s.band_of(l);
+      if (band == "all") band = "knowledge";  // no bands (a small model): one section
+      Edge& e = edges[{band, lower(tok)}];
       if (e.hits == 0 || h.score > e.gate) {
         e.token = tok;
         e.gate = h.score;

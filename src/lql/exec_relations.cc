@@ -58,14 +58,14 @@ Table exec_show_relations(Session& s, const ShowStmt& st, Pos pos) {
             std::to_string(labels.top_k) + ")";
   auto token_of = [&](const vindex::FeatureLabel& f) -> Cell {
     auto top = feature_top(s, f.layer, f.feature);
-    return top ? Cell{s.token_text(top->first)} : Cell{};
+    return top ? Cell{s.token_piece(top->first)} : Cell{};
   };
   if (st.detail == Detail::Raw || st.detail == Detail::Verbose) {
     // One row per labelled feature: RAW in the file's (layer, feature) order, VERBOSE by relation
     // (the file's relation order), then score descending.
     t.columns = {{"layer", Column::Type::Int}, {"feature", Column::Type::Int}, {"relation"},
                  {"score", Column::Type::Float, 3}, {"fires", Column::Type::Int}, {"of", Column::Type::Int}};
-    if (st.detail == Detail::Verbose) t.columns.push_back({"token"});
+    if (st.detail == Detail::Verbose) t.columns.push_back(Column{"token", Column::Type::Text, 4, true});
     if (st.with_examples || st.detail == Detail::Raw) t.columns.push_back({"examples", Column::Type::List});
     if (st.detail == Detail::Verbose) {
       std::map<std::string, size_t> order;

@@ -123,7 +123,13 @@ bool holds(const Table& t, const Cond& c, const std::vector<Cell>& row) {
   }
   const Cell& cell = row[static_cast<size_t>(t.column(c.field))];
   if (std::holds_alternative<std::monostate>(cell)) return false;  // null: no predicate holds
-  if (auto* s = std::get_if<std::string>(&cell)) return holds_scalar(c, cell, s);
+  if (auto* s = std::get_if<std::string>(&cell)) {
+    if (t.columns[static_cast<size_t>(t.column(c.field))].token) {  // " Paris" = "Paris"
+      const std::string trimmed = trim_blanks(*s);
+      return holds_scalar(c, Cell{trimmed}, &trimmed);
+    }
+    return holds_scalar(c, cell, s);
+  }
   if (auto* l = std::get_if<std::vector<std::string>>(&cell)) {
     // A list field: the predicate holds when it holds for one of its elements.
     for (const auto& e : *l)
@@ -143,7 +149,7 @@ int order_of(const Cell& a, const Cell& b) {
     return x < y ? -1 : x > y ? 1 : 0;
   }
   auto text = [](const Cell& c) {
-    if (auto* s = std::get_if<std::string>(&c)) return lower(*s);
+    if (auto* s = std::get_if<std::string>(&c)) return lower(trim_blanks(*s));
     const auto& l = std::get<std::vector<std::string>>(c);
     return l.empty() ? std::string() : lower(l[0]);
   };

@@ -110,6 +110,30 @@ Table exec_delete(Session& s, const DeleteStmt& st, Pos pos) {
   }
   s.base_source("DELETE");
   record_edits(s, std::move(ops), &t.notes);
+  // What the stored down column still holds: 0 where the block type holds 0 per element (Q6_K,
+  // Q8_0, Q5_0, Q4_0, floats); on Q4_K / Q5_K / Q4_1 / Q5_1 (a min offset per sub-block) the
+  // nearest value the re-quantised block holds. The gate and up rows are exactly 0 in every type
+  // (an all-zero row quantises to zero scales), so the feature's activation is 0 regardless.
+  t.columns.push_back({"down_residual", Column::Type::Float, 6});
+  {
+    const auto& ov = s.edits().overlay;
+    std::vector<float> down;
+    double worst = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      ov->ffn_feature(slots[i].first, slots[i].second, nullptr, nullptr, &down);
+      double m = 0;
+      for (float v : down) m = std::max(m, static_cast<double>(std::fabs(v)));
+      t.rows[i].push_back(m);
+      worst = std::max(worst, m);
+    }
+    if (worst > 0) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.3g", worst);
+      t.notes.push_back(std::string("the gate and up rows are exactly zero (the feature adds nothing on any prompt); a down column "
+                                    "in a Q4_K block keeps a residual of at most ") + buf +
+                        " per element (a min offset per 32 values: 0 is not always a value the block holds)");
+    }
+  }
   if (slots.size() == 1)
     t.title = "Deleted feature " + std::to_string(slots[0].second) + " of layer " + std::to_string(slots[0].first) +
               " (its gate and up rows and down column set to zero)";

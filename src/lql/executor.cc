@@ -58,9 +58,10 @@ std::vector<std::string> feature_tokens(Session& s, int64_t layer, int64_t featu
   std::vector<std::string> out;
   const auto* dm = s.down_meta();
   if (!dm || layer >= dm->num_layers() || feature >= dm->num_features(static_cast<uint32_t>(layer))) return out;
+  const auto* edited = edited_down_record(s, layer, feature);
   std::vector<std::string> skipped;
   for (uint32_t i = 0; i < dm->top_k() && out.size() < n; ++i) {
-    const auto e = dm->entry(static_cast<uint32_t>(layer), static_cast<uint32_t>(feature), i);
+    const auto e = edited ? (*edited)[i] : dm->entry(static_cast<uint32_t>(layer), static_cast<uint32_t>(feature), i);
     if (e.token == 0 && e.logit == 0.0f) break;  // padding
     std::string text = s.token_text(e.token);
     // Tokens that read the same (" Paris" and "Paris") are listed once.
@@ -76,7 +77,8 @@ std::vector<std::string> feature_tokens(Session& s, int64_t layer, int64_t featu
 std::optional<std::pair<int64_t, double>> feature_top(Session& s, int64_t layer, int64_t feature) {
   const auto* dm = s.down_meta();
   if (!dm || layer >= dm->num_layers() || feature >= dm->num_features(static_cast<uint32_t>(layer))) return std::nullopt;
-  const auto e = dm->entry(static_cast<uint32_t>(layer), static_cast<uint32_t>(feature), 0);
+  const auto* edited = edited_down_record(s, layer, feature);
+  const auto e = edited ? edited->front() : dm->entry(static_cast<uint32_t>(layer), static_cast<uint32_t>(feature), 0);
   if (e.token == 0 && e.logit == 0.0f) return std::nullopt;
   return std::make_pair(static_cast<int64_t>(e.token), static_cast<double>(e.logit));
 }

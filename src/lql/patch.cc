@@ -26,8 +26,26 @@ int b64_value(char c) {
   return -1;
 }
 
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
-  throw Error(ErrorKind::Format, where + ": " + what);
+// "FILE: FIELD: problem" (FIELD empty: "FILE: problem").
+[[noreturn]] void bad(const std::string& file, const std::string& field, const std::string& what) {
+  throw Error(ErrorKind::Format, file + ": " + (field.empty() ? "" : field + ": ") + what);
+}
+
+// nlohmann's parse error quotes everything it read of the failing token ("last read: '...'"): a
+// truncated base64 vector makes that kilobytes. Keep the start and a short excerpt.
+std::string short_parse_error(std::string msg) {
+  if (auto b = msg.find("] "); msg.rfind("[json.exception", 0) == 0 && b != std::string::npos) msg.erase(0, b + 2);
+  const std::string key = "last read: '";
+  const auto at = msg.find(key);
+  if (at == std::string::npos) return msg;
+  const auto from = at + key.size();
+  const auto end = msg.rfind('\'');
+  if (end == std::string::npos || end < from) return msg;
+  constexpr size_t kExcerpt = 24;
+  const std::string read = msg.substr(from, end - from);
+  if (read.size() <= 2 * kExcerpt) return msg;
+  return msg.substr(0, from) + read.substr(0, kExcerpt) + "..." + read.substr(read.size() - kExcerpt) + "' (" +
+         std::to_string(read.size()) + " bytes)" + msg.substr(end + 1);
 }
 
 }  // namespace
@@ -145,57 +163,59 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    bad(name, std::string("not JSON: ") + e.what());
+    bad(name, "", "not JSON: " + short_parse_error(e.what()));
   }
-  if (!j.is_object()) bad(name, "not a JSON object");
+  if (!j.is_object()) bad(name, "", "not a JSON object");
+  // An op's field is "operations[i].k", a top-level one "k".
+  auto field = [](const std::string& where, const char* k) { return where.empty() ? std::string(k) : where + "." + k; };
   auto str = [&](const json& o, const char* k, const std::string& where, bool required) -> std::string {
     if (!o.contains(k)) {
-      if (required) bad(where + "." + k, "missing");
+      if (required) bad(name, field(where, k), "missing");
       return "";
     }
-    if (!o[k].is_string()) bad(where + "." + k, "not a string");
+    if (!o[k].is_string()) bad(name, field(where, k), "not a string");
     return o[k].get<std::string>();
   };
   auto integer = [&](const json& o, const char* k, const std::string& where, int64_t lo, int64_t hi) -> int64_t {
-    if (!o.contains(k)) bad(where + "." + k, "missing");
-    if (!o[k].is_number_integer()) bad(where + "." + k, "not an integer");
+    if (!o.contains(k)) bad(name, field(where, k), "missing");
+    if (!o[k].is_number_integer()) bad(name, field(where, k), "not an integer");
     const int64_t v = o[k].get<int64_t>();
     if (v < lo || v > hi)
-      bad(where + "." + k, std::to_string(v) + " is out of range " + std::to_string(lo) + "-" + std::to_string(hi));
+      bad(name, field(where, k), std::to_string(v) + " is out of range " + std::to_string(lo) + "-" + std::to_string(hi));
     return v;
   };
   auto vec = [&](const json& o, const char* k, const std::string& where, bool required) -> std::vector<float> {
     if (!o.contains(k)) {
-      if (required) bad(where + "." + k, "missing");
+      if (required) bad(name, field(where, k), "missing");
       return {};
     }
-    if (!o[k].is_string()) bad(where + "." + k, "not a string");
+    if (!o[k].is_string()) bad(name, field(where, k), "not a string");
     std::vector<float> v;
     try {
       v = decode_floats(o[k].get<std::string>());
     } catch (const Error& e) {
-      bad(where + "." + k, e.what());
+      bad(name, field(where, k), e.what());
     }
     if (static_cast<int64_t>(v.size()) != lim.hidden)
-      bad(where + "." + k, std::to_string(v.size()) + " floats, the model's hidden size is " + std::to_string(lim.hidden));
+      bad(name, field(where, k), std::to_string(v.size()) + " floats, the model's hidden size is " + std::to_string(lim.hidden));
     for (size_t i = 0; i < v.size(); ++i)
-      if (!std::isfinite(v[i])) bad(where + "." + k, "value " + std::to_string(i) + " is not finite");
+      if (!std::isfinite(v[i])) bad(name, field(where, k), "value " + std::to_string(i) + " is not finite");
     return v;
   };
   Patch p;
-  if (!j.contains("version") || !j["version"].is_number_integer()) bad(name + ".version", "missing or not an integer");
+  if (!j.contains("version") || !j["version"].is_number_integer()) bad(name, "version", "missing or not an integer");
   p.version = j["version"].get<int64_t>();
-  if (p.version != 1) bad(name + ".version", std::to_string(p.version) + " is not a version this build reads (1)");
-  p.base_model = str(j, "base_model", name, true);
-  p.base_fingerprint = str(j, "base_fingerprint", name, true);
-  p.description = str(j, "description", name, false);
-  p.created_at = str(j, "created_at", name, false);
-  if (!j.contains("operations") || !j["operations"].is_array()) bad(name + ".operations", "missing or not an array");
+  if (p.version != 1) bad(name, "version", std::to_string(p.version) + " is not a version this build reads (1)");
+  p.base_model = str(j, "base_model", "", true);
+  p.base_fingerprint = str(j, "base_fingerprint", "", true);
+  p.description = str(j, "description", "", false);
+  p.created_at = str(j, "created_at", "", false);
+  if (!j.contains("operations") || !j["operations"].is_array()) bad(name, "operations", "missing or not an array");
   const auto& ops = j["operations"];
   for (size_t i = 0; i < ops.size(); ++i) {
-    const std::string where = name + ": operations[" + std::to_string(i) + "]";
+    const std::string where = "operations[" + std::to_string(i) + "]";
     const json& o = ops[i];
-    if (!o.is_object()) bad(where, "not an object");
+    if (!o.is_object()) bad(name, where, "not an object");
     const std::string op = str(o, "op", where, true);
     PatchOp x;
     if (op == "insert" || op == "update") {
@@ -228,10 +248,10 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
       x.kind = PatchOp::Kind::DeleteKnn;
       x.entity = str(o, "entity", where, true);
     } else {
-      bad(where + ".op", "\"" + op + "\" is not an op (insert, update, delete, insert_knn, delete_knn)");
+      bad(name, where + ".op", "\"" + op + "\" is not an op (insert, update, delete, insert_knn, delete_knn)");
     }
     if (o.contains("confidence")) {
-      if (!o["confidence"].is_number()) bad(where + ".confidence", "not a number");
+      if (!o["confidence"].is_number()) bad(name, where + ".confidence", "not a number");
       x.confidence = o["confidence"].get<double>();
     }
     p.ops.push_back(std::move(x));
@@ -239,7 +259,15 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
   return p;
 }
 
-void save_patch(const std::string& path, const Patch& p) { write_file_atomic(path, patch_to_json(p), "SAVE PATCH"); }
+void save_patch(const std::string& path, const Patch& p, bool replace) {
+  if (replace) {
+    write_file_atomic(path, patch_to_json(p), "SAVE PATCH");
+    return;
+  }
+  AtomicWriter out(path, "SAVE PATCH");
+  out.write(patch_to_json(p));
+  out.commit_new();
+}
 
 Patch load_patch(const std::string& path, const PatchLimits& lim) {
   return patch_from_json(read_text_file(path, "the patch", 1ull << 30), lim, path);

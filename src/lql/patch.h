@@ -47,14 +47,15 @@ std::vector<float> decode_floats(std::string_view b64);
 
 /// The patch as pretty-printed JSON.
 std::string patch_to_json(const Patch& p);
-/// Parse and check a patch. `name` names it in errors. Errors: Format naming the field, and the
-/// op index for an op's field ("d.vlp: operations[3].gate_vector_b64: 639 floats, the model's
-/// hidden size is 640"): not JSON, version other than 1, an unknown op, a missing or mistyped
+/// Parse and check a patch. `name` names it in errors, always as "FILE: FIELD: problem" ("d.vlp:
+/// operations[3].gate_vector_b64: 639 floats, the model's hidden size is 640", "d.vlp: version:
+/// 2 is not ..."): not JSON (the parser's excerpt of what it read cut to a few characters), version other than 1, an unknown op, a missing or mistyped
 /// field, bad base64, a vector of the wrong length, a non-finite value, a layer, feature or
 /// token id out of range.
 Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::string& name = "patch");
-/// Write atomically (util/atomic_file.h). Errors: AtomicWriter's.
-void save_patch(const std::string& path, const Patch& p);
+/// Write atomically (util/atomic_file.h); with replace = false never over an existing file
+/// (Error{InvalidArgument} "<path> already exists", checked atomically). Errors: AtomicWriter's.
+void save_patch(const std::string& path, const Patch& p, bool replace = true);
 /// Read and check a file. Errors: NotFound / Io, and patch_from_json's.
 Patch load_patch(const std::string& path, const PatchLimits& lim);
 

@@ -257,6 +257,12 @@ std::string Session::token_text(int64_t id) {
   return s.substr(b, e - b + 1);
 }
 
+std::string Session::token_piece(int64_t id) {
+  const Tokenizer& t = tokenizer();
+  if (id < 0 || id >= t.vocab_size()) return "<" + std::to_string(id) + ">";
+  return t.token_to_piece(static_cast<int32_t>(id));
+}
+
 bool Session::runs_model() const {
   const auto& ix = index();
   return ix.has_model_weights && ix.extract_level >= vindex::ExtractLevel::Inference;

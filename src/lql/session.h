@@ -109,6 +109,9 @@ class Session {
   std::optional<std::vector<float>> entity_query(const std::string& entity);
   /// A token's text for display: its piece with surrounding blanks trimmed.
   std::string token_text(int64_t id);
+  /// A token's piece as the vocabulary has it (" Paris"): the cell of a token column (table.h
+  /// Column::token), which text output shows visibly.
+  std::string token_piece(int64_t id);
   /// The model, loaded on first use. Errors: Unsupported "<what> needs a vindex with model
   /// weights (larql extract MODEL -o X.vindex --level inference)"; Model::load's errors.
   std::shared_ptr<const Model> model(const std::string& what);

@@ -22,6 +22,13 @@ const char* column_type_name(Column::Type t) {
   return "text";
 }
 
+std::string trim_blanks(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\n\r");
+  if (b == std::string::npos) return s;
+  const auto e = s.find_last_not_of(" \t\n\r");
+  return s.substr(b, e - b + 1);
+}
+
 namespace {
 
 // Valid UTF-8 with bad bytes as U+FFFD and control characters escaped.
@@ -95,7 +102,13 @@ std::string format_cell(const Cell& c, const Column& col) {
     std::snprintf(buf, sizeof buf, "%.*f", col.precision, *d);
     return buf;
   }
-  if (auto* s = std::get_if<std::string>(&c)) return clean(*s, true);
+  if (auto* s = std::get_if<std::string>(&c)) {
+    // A token whose blanks would vanish on screen: quoted, blanks kept, controls escaped.
+    const bool blanks = s->empty() || std::string(" \t\n\r").find(s->front()) != std::string::npos ||
+                        std::string(" \t\n\r").find(s->back()) != std::string::npos;
+    if (col.token && blanks) return "\"" + clean(*s, true) + "\"";
+    return clean(*s, true);
+  }
   const auto& list = std::get<std::vector<std::string>>(c);
   std::string out;
   for (size_t i = 0; i < list.size(); ++i) out += (i ? ", " : "") + clean(list[i], true);
@@ -174,11 +187,13 @@ std::string render_json(const Table& t) {
   j["rows"] = ordered_json::array();
   for (const auto& row : t.rows) {
     ordered_json r = ordered_json::array();
-    for (const auto& c : row) {
+    for (size_t k = 0; k < row.size(); ++k) {
+      const Cell& c = row[k];
+      const bool token = k < t.columns.size() && t.columns[k].token;
       if (std::holds_alternative<std::monostate>(c)) r.push_back(nullptr);
       else if (auto* i = std::get_if<int64_t>(&c)) r.push_back(*i);
       else if (auto* d = std::get_if<double>(&c)) r.push_back(*d);
-      else if (auto* s = std::get_if<std::string>(&c)) r.push_back(clean(*s, false));
+      else if (auto* s = std::get_if<std::string>(&c)) r.push_back(clean(token ? trim_blanks(*s) : *s, false));
       else {
         ordered_json l = ordered_json::array();
         for (const auto& s2 : std::get<std::vector<std::string>>(c)) l.push_back(clean(s2, false));

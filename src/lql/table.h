@@ -18,7 +18,16 @@ struct Column {
   std::string name;  ///< lower-case, the name WHERE / ORDER BY use
   Type type = Type::Text;
   int precision = 4;  ///< Float: digits after the point in text output (JSON keeps full precision)
+  /// Text cells are token pieces exactly as the vocabulary has them (" Paris", " ", "\n"). Text
+  /// output quotes one with a leading or trailing blank, or nothing but blanks (" Paris" shows as
+  /// "\" Paris\"", so it is not read as the token "Paris"); JSON carries it with those blanks
+  /// trimmed, as the other text columns (token_id tells tokens apart); WHERE compares it trimmed.
+  bool token = false;
 };
+
+/// A token piece with its surrounding blanks (space, tab, CR, LF) removed; a piece of blanks only
+/// stays as it is.
+std::string trim_blanks(const std::string& s);
 
 /// The result of one statement.
 struct Table {

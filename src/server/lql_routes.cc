@@ -256,6 +256,11 @@ struct LqlApi::Impl {
     if (auto* pa = std::get_if<PatchStmt>(&st.body)) {
       if (pa->op == PatchStmt::Op::Begin) pa->name = allowed(pa->name, "BEGIN PATCH", st.pos);
       if (pa->op == PatchStmt::Op::Apply) pa->name = allowed(pa->name, "APPLY PATCH", st.pos);
+      // REMOVE PATCH names a patch of the stack, recorded under BEGIN / APPLY's resolved name:
+      // resolve a relative name inside DIR the same way (it touches no file, so nothing to refuse).
+      if (pa->op == PatchStmt::Op::Remove && !opt.allow_files.empty() && !pa->name.empty() &&
+          !fs::path(pa->name).is_absolute())
+        pa->name = fs::weakly_canonical(fs::weakly_canonical(fs::absolute(opt.allow_files)) / pa->name).string();
       if (pa->op == PatchStmt::Op::Save && opt.allow_files.empty())
         throw FileRefused{"SAVE PATCH at " + st.pos.str() +
                           " writes a file: refused over HTTP unless the server runs with --lql-allow-files DIR"};

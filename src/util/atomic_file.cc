@@ -217,7 +217,10 @@ void AtomicWriter::write(const void* data, size_t n) {
   buf_.insert(buf_.end(), p, p + n);
 }
 
-void AtomicWriter::commit() {
+void AtomicWriter::commit() { commit_impl(true); }
+void AtomicWriter::commit_new() { commit_impl(false); }
+
+void AtomicWriter::commit_impl(bool replace) {
   if (committed_ || fd_ < 0) throw Error(ErrorKind::InvariantViolation, target_ + ": commit twice or after a failure");
   flush();
   if (!temp_.empty() && ::fsync(fd_) != 0) {
@@ -233,11 +236,16 @@ void AtomicWriter::commit() {
     throw Error(ErrorKind::Io, target_ + ": close failed: " + os_reason(e));
   }
   if (!temp_.empty()) {
-    if (::rename(temp_.c_str(), target_.c_str()) != 0) {
+    // Without replace: a hard link fails with EEXIST when the target exists (atomically, unlike
+    // a check before rename), then the temporary name goes.
+    const int rc = replace ? ::rename(temp_.c_str(), target_.c_str()) : ::link(temp_.c_str(), target_.c_str());
+    if (rc != 0) {
       const int e = errno;
       discard();
+      if (e == EEXIST) throw Error(ErrorKind::InvalidArgument, target_ + " already exists: not written over");
       throw Error(ErrorKind::Io, target_ + ": cannot rename the finished file into place: " + os_reason(e));
     }
+    if (!replace) ::unlink(temp_.c_str());
     fsync_dir(parent_dir(target_));
   }
   committed_ = true;

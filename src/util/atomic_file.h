@@ -54,6 +54,9 @@ class AtomicWriter {
   void write(std::string_view s) { write(s.data(), s.size()); }
   /// Make the file the target. No writes after this.
   void commit();
+  /// As commit(), but never over an existing target: Error{InvalidArgument} "<path> already
+  /// exists" (checked atomically by link(2), so a file that appeared since is kept too).
+  void commit_new();
   /// Bytes written so far.
   uint64_t size() const { return written_; }
   const std::string& path() const { return target_; }
@@ -61,6 +64,7 @@ class AtomicWriter {
  private:
   void flush();
   void discard() noexcept;
+  void commit_impl(bool replace);
   std::string target_;   ///< the path the file will have (symlinks resolved)
   std::string temp_;     ///< the temporary sibling ("" when writing directly)
   std::string flag_;

@@ -106,24 +106,35 @@ TEST_F(Fixture, GateKnnRanksByAbsoluteScoreKeepingTheSign) {
   EXPECT_EQ(as_int(w.rows[1][0]), 0);
 }
 
-TEST_F(Fixture, DescribeMergesEdgesByTokenAcrossLayers) {
+TEST_F(Fixture, DescribeMergesEdgesByTokenWithinABand) {
   // Positive gates for 2 e0: L0 f0 6 (xy), f2 2 (c); L1 f1 8 (xy), f3 1 (x). One-letter tokens
-  // are not content words; xy merges over L0 and L1 with its best gate 8 at L1 f1.
+  // are not content words. Layer 0 is the syntax band, layer 1 knowledge: xy is an edge in each
+  // (merged within a band only), the syntax section first.
   const Table t = run("DESCRIBE \"abc\"");
-  ASSERT_EQ(t.rows.size(), 1u);
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(as_text(at(t, 0, "band")), "syntax");
   EXPECT_EQ(as_text(at(t, 0, "token")), "xy");
-  EXPECT_DOUBLE_EQ(as_num(at(t, 0, "gate")), 8.0);
-  EXPECT_EQ(as_int(at(t, 0, "layer")), 1);
-  EXPECT_EQ(as_int(at(t, 0, "feature")), 1);
-  EXPECT_EQ(as_int(at(t, 0, "hits")), 2);
-  EXPECT_EQ(as_text(at(t, 0, "band")), "knowledge");
-  EXPECT_EQ(std::get<std::vector<std::string>>(at(t, 0, "layers")), (std::vector<std::string>{"L0", "L1"}));
-  // RAW keeps every positive hit: xy 8, c 2, x 1 (sections: syntax c first, then knowledge).
+  EXPECT_DOUBLE_EQ(as_num(at(t, 0, "gate")), 6.0);
+  EXPECT_EQ(as_int(at(t, 0, "layer")), 0);
+  EXPECT_EQ(as_text(at(t, 1, "band")), "knowledge");
+  EXPECT_EQ(as_text(at(t, 1, "token")), "xy");
+  EXPECT_DOUBLE_EQ(as_num(at(t, 1, "gate")), 8.0);
+  EXPECT_EQ(as_int(at(t, 1, "layer")), 1);
+  EXPECT_EQ(as_int(at(t, 1, "feature")), 1);
+  EXPECT_EQ(as_int(at(t, 1, "hits")), 1);
+  EXPECT_EQ(std::get<std::vector<std::string>>(at(t, 1, "layers")), (std::vector<std::string>{"L1"}));
+  // Within a band tokens still merge case-insensitively over its layers: DESCRIBE KNOWLEDGE is the
+  // knowledge section.
+  const Table k = run("DESCRIBE \"abc\" KNOWLEDGE");
+  ASSERT_EQ(k.rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(as_num(at(k, 0, "gate")), 8.0);
+  // RAW keeps every positive hit: syntax xy 6, c 2; knowledge xy 8, x 1.
   const Table raw = run("DESCRIBE \"abc\" RAW");
-  ASSERT_EQ(raw.rows.size(), 3u);
-  EXPECT_EQ(as_text(at(raw, 0, "token")), "c");
-  EXPECT_EQ(as_text(at(raw, 1, "token")), "xy");
-  EXPECT_EQ(as_text(at(raw, 2, "token")), "x");
+  ASSERT_EQ(raw.rows.size(), 4u);
+  EXPECT_EQ(as_text(at(raw, 0, "token")), "xy");
+  EXPECT_EQ(as_text(at(raw, 1, "token")), "c");
+  EXPECT_EQ(as_text(at(raw, 2, "token")), "xy");
+  EXPECT_EQ(as_text(at(raw, 3, "token")), "x");
   // The syntax band is layer 0 only: xy with gate 6 there.
   const Table syn = run("DESCRIBE \"abc\" SYNTAX");
   ASSERT_EQ(syn.rows.size(), 1u);
@@ -294,7 +305,7 @@ TEST_F(Fixture, ACancelFlagStopsTheStatement) {
                                 "SELECT * FROM EDGES NEAREST TO 'abc' AT LAYER 0"})
     EXPECT_NE(error_of(src, ErrorKind::Cancelled).find("cancelled"), std::string::npos) << src;
   flag = false;
-  EXPECT_EQ(run("DESCRIBE 'abc'").rows.size(), 1u);
+  EXPECT_EQ(run("DESCRIBE 'abc'").rows.size(), 2u);
 }
 
 TEST(ExecutorNoVindex, StatementsNeedAVindexInUse) {

@@ -119,10 +119,43 @@ std::string with_op(const std::string& op) {
   return R"({"version":1,"base_model":"m","base_fingerprint":"f","operations":[{"op":"delete","layer":0,"feature":0},)" + op + "]}";
 }
 
+TEST(PatchFile, ErrorsReadFileFieldProblemAndCutTheParsersExcerpt) {
+  // One form everywhere: "FILE: FIELD: problem".
+  EXPECT_EQ(error_of(R"({"version":2,"base_model":"m","base_fingerprint":"f","operations":[]})"),
+            "h.vlp: version: 2 is not a version this build reads (1)");
+  EXPECT_EQ(error_of(with_op(R"({"op":"delete","layer":4,"feature":0})")),
+            "h.vlp: operations[1].layer: 4 is out of range 0-3");
+  // A file cut inside a 1,200-character base64 string: the message stays short and keeps both
+  // ends of what the parser read.
+  const std::string b64(1200, 'A');
+  const std::string cut = with_op(R"({"op":"update","layer":0,"feature":0,"down_vector_b64":")" + b64);
+  const std::string e = error_of(cut.substr(0, cut.size() - 2));
+  EXPECT_EQ(e.rfind("h.vlp: not JSON: parse error", 0), 0u) << e;
+  EXPECT_LT(e.size(), 300u) << e;
+  EXPECT_NE(e.find("(1201 bytes)"), std::string::npos) << e;
+}
+
+TEST(PatchFile, SaveWithoutReplaceRefusesAnExistingFile) {
+  const auto path = (std::filesystem::temp_directory_path() / "larql_patch_noreplace.vlp").string();
+  std::filesystem::remove(path);
+  save_patch(path, sample(), false);
+  Patch one = sample();
+  one.ops.resize(1);
+  try {
+    save_patch(path, one, false);
+    ADD_FAILURE() << "wrote over " << path;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(load_patch(path, kLim).ops.size(), 5u);  // the first file, whole
+  std::filesystem::remove(path);
+}
+
 TEST(PatchFile, HostileFilesNameTheOpAndField) {
   EXPECT_NE(error_of("{not json").find("not JSON"), std::string::npos);
   EXPECT_NE(error_of("[]").find("not a JSON object"), std::string::npos);
-  EXPECT_NE(error_of(R"({"version":2,"base_model":"m","base_fingerprint":"f","operations":[]})").find("h.vlp.version"),
+  EXPECT_NE(error_of(R"({"version":2,"base_model":"m","base_fingerprint":"f","operations":[]})").find("h.vlp: version: 2 is not"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"version":1,"base_fingerprint":"f","operations":[]})").find("base_model: missing"), std::string::npos);
   // One float = "AACAPw==": the model's hidden size is 3.

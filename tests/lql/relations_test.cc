@@ -107,14 +107,17 @@ TEST_F(Labelled, VerboseAndRawListEachLabelledFeature) {
 TEST_F(Labelled, RelationColumnAndRelationsOnly) {
   // DESCRIBE "abc" RAW: positive gates of q = 2 e0: L0 f0 6 (xy), f2 2 (c); L1 f1 8 (xy), f3 1 (x).
   const Table all = run("DESCRIBE \"abc\" RAW");
-  ASSERT_EQ(all.rows.size(), 3u);  // c (syntax), xy, x
-  EXPECT_TRUE(std::holds_alternative<std::monostate>(at(all, 0, "relation")));  // L0 f2: unlabelled
-  EXPECT_EQ(text(at(all, 1, "relation")), "capital-of");                         // xy's best hit: L1 f1
-  EXPECT_EQ(text(at(all, 2, "relation")), "colour-of");                          // L1 f3
+  // Merged within a band only: syntax (L0) xy 6, c 2; knowledge (L1) xy 8, x 1.
+  ASSERT_EQ(all.rows.size(), 4u);
+  EXPECT_EQ(text(at(all, 0, "relation")), "capital-of");                         // L0 f0
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(at(all, 1, "relation")));  // L0 f2: unlabelled
+  EXPECT_EQ(text(at(all, 2, "relation")), "capital-of");                         // L1 f1
+  EXPECT_EQ(text(at(all, 3, "relation")), "colour-of");                          // L1 f3
   const Table only = run("DESCRIBE \"abc\" RAW RELATIONS ONLY");
-  ASSERT_EQ(only.rows.size(), 2u);
+  ASSERT_EQ(only.rows.size(), 3u);
   EXPECT_EQ(text(at(only, 0, "token")), "xy");
-  EXPECT_EQ(text(at(only, 1, "token")), "x");
+  EXPECT_EQ(text(at(only, 1, "token")), "xy");
+  EXPECT_EQ(text(at(only, 2, "token")), "x");
   // EXPLAIN WALK "xy" TOP 4: every feature of both layers; three are labelled.
   const Table e = run("EXPLAIN WALK \"xy\" TOP 4 RELATIONS ONLY");
   ASSERT_EQ(e.rows.size(), 3u);

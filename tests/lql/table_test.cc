@@ -34,6 +34,30 @@ TEST(TableText, AlignsNumbersRightAndTextLeft) {
             "done\n");
 }
 
+TEST(TableText, TokenPiecesWithBlanksAreQuotedAndJsonKeepsThemTrimmed) {
+  Table t;
+  t.columns = {Column{"token", Column::Type::Text, 4, true}, {"token_id", Column::Type::Int}, {"plain"}};
+  t.rows = {{std::string(" Paris"), int64_t{9079}, std::string(" Paris")},
+            {std::string("Paris"), int64_t{50429}, std::string("Paris")},
+            {std::string(" "), int64_t{236743}, std::string(" ")},
+            {std::string("\n"), int64_t{107}, std::string("x")},
+            {std::string("end "), int64_t{1}, std::string("x")}};
+  const std::string text = render_text(t, 200);
+  const std::string body = text.substr(text.find("\n", text.find("\n") + 1) + 1);  // after header and rule
+  EXPECT_EQ(body,
+            "\" Paris\"      9079   Paris\n"  // the plain column shows its text as it is
+            "Paris        50429  Paris\n"
+            "\" \"         236743\n"
+            "\"\\n\"           107  x\n"
+            "\"end \"           1  x\n");
+  const auto j = nlohmann::json::parse(render_json(t));
+  EXPECT_EQ(j["rows"][0][0], "Paris");
+  EXPECT_EQ(j["rows"][0][2], " Paris");  // only token columns are trimmed
+  EXPECT_EQ(j["rows"][2][0], " ");       // nothing but blanks: kept
+  EXPECT_EQ(j["rows"][3][0], "\n");
+  EXPECT_EQ(j["columns"][0]["type"], "text");
+}
+
 TEST(TableText, CutsTheWidestTextColumnToTheWidth) {
   Table t;
   t.columns = {{"id", Column::Type::Int}, {"text"}};

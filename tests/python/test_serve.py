@@ -746,6 +746,13 @@ def test_lql_allow_files_and_api_key(larql_bin, inference_vindex, tmp_path):
         assert (allowed / "p.vlp").is_file()
         patch = json.loads((allowed / "p.vlp").read_text())
         assert [op["op"] for op in patch["operations"]] == ["insert_knn"]
+        # REMOVE PATCH resolves a relative name inside DIR as BEGIN PATCH did (recorded as DIR/p.vlp).
+        status, body = lql_post(s, 'REMOVE PATCH "p.vlp"; SHOW PATCHES', session="w", key="k")
+        assert status == 200 and body["results"][0]["title"].startswith("Removed"), body
+        assert body["results"][1]["rows"] == [], body
+        # A patch file is never written over.
+        status, body = lql_post(s, 'BEGIN PATCH "p.vlp"', session="w", key="k")
+        assert status == 400 and "already exists" in body["error"]["message"], body
         for path in ("../escape.vlp", str(tmp_path / "escape.vlp"), "out/escape.vlp"):
             status, body = lql_post(s, f'BEGIN PATCH "{path}"', session="w", key="k")
             assert status == 403 and "not inside" in body["error"]["message"], (path, body)
