@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 
 #include "cli/common.h"
 #include "lql/executor.h"
+#include "lql/help.h"
 #include "lql/parser.h"
 #include "lql/script.h"
 #include "util/error.h"
@@ -52,16 +54,19 @@ int terminal_width(int forced) {
 
 class Runner {
  public:
-  explicit Runner(const LqlArgs& a) : a_(a), session_(lql::SessionOptions{a.threads, "."}), exec_(session_) {}
+  explicit Runner(const LqlArgs& a)
+      : a_(a), session_(lql::SessionOptions{a.threads, ".", model_dirs()}), exec_(session_) {}
 
   lql::Session& session() { return session_; }
 
   /// Parse and run one statement's text; false (after printing the error) when it failed.
   bool run_chunk(const lql::Chunk& ch) {
     try {
-      const lql::Pipeline p = lql::parse_one(ch.text);
+      const lql::Pipeline p = lql::parse_one(ch.text, ch.pos);
       for (const auto& tok : lql::lex(ch.text))
-        if (tok.kind == lql::TokKind::String && !tok.text.empty() && tok.text.size() < 64) seen_strings().insert(tok.text);
+        if (tok.kind == lql::TokKind::String && !tok.text.empty() && tok.text.size() < 64 &&
+            std::none_of(tok.text.begin(), tok.text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+          seen_strings().insert(tok.text);  // completion offers names as typed: none with a line break
       for (const auto& st : p.stages) {
         const auto t0 = std::chrono::steady_clock::now();
         lql::Table t = exec_.run(st);
@@ -111,20 +116,8 @@ class Runner {
   lql::Executor exec_;
 };
 
-const char* kHelp =
-    "Statements end with ';' and may span lines. Keywords are case-insensitive.\n"
-    "  USE \"NAME.vindex\";          SHOW MODELS | LAYERS [a-b] | FEATURES n [WHERE ...] [LIMIT n] | ENTITIES;\n"
-    "  STATS;                       DESCRIBE \"entity\" [AT LAYER n | SYNTAX | KNOWLEDGE | OUTPUT] [BRIEF | VERBOSE | RAW];\n"
-    "  WALK \"prompt\" [TOP n] [LAYERS a-b];   EXPLAIN WALK | INFER \"prompt\" [TOP n] [LAYERS a-b] [band] [VERBOSE];\n"
-    "  SELECT fields | * FROM EDGES | FEATURES | ENTITIES [NEAREST TO \"x\" AT LAYER n] [WHERE ...] [ORDER BY f [DESC]] [LIMIT n];\n"
-    "  INFER \"prompt\" [TOP n];       TRACE \"prompt\" [FOR \"token\"] [LAYERS a-b] [POSITIONS ALL] [DECOMPOSE];\n"
-    "  SHOW RELATIONS [AT LAYER n] [WITH EXAMPLES] [BRIEF | VERBOSE | RAW];  ... RELATIONS ONLY  (after `larql label`)\n"
-    "  DIFF a b [LAYER n] [LIMIT n];  COMPILE a INTO MODEL \"out.gguf\";   (a, b: CURRENT or \"path.vindex\")\n"
-    "Not built yet (rejected with a message): INSERT, UPDATE, DELETE, patches, DIFF RELATION / INTO PATCH,\n"
-    "COMPILE INTO VINDEX, SHOW PATCHES.\n"
-    "\\help this text   \\q quit (or Ctrl-D).   The grammar: docs/lql.md.\n";
-
 bool g_complete_in_string = false;  // the word being completed is inside quotes: names only
+char g_complete_quote = 0;          // ... and the quote it is in
 
 char* keyword_generator(const char* text, int state) {
   static size_t index;
@@ -133,7 +126,12 @@ char* keyword_generator(const char* text, int state) {
   if (state == 0) {
     index = 0;
     prefix = text;
-    names.assign(seen_strings().begin(), seen_strings().end());
+    names.clear();
+    // Inside quotes: the strings of earlier statements (entity names) that can stand there as
+    // typed (no quote of this kind, no backslash); outside: keywords only.
+    if (g_complete_in_string)
+      for (const auto& n : seen_strings())
+        if (n.find(g_complete_quote) == std::string::npos && n.find('\\') == std::string::npos) names.push_back(n);
   }
   const auto& kws = lql::keywords();
   if (g_complete_in_string && index < kws.size()) index = kws.size();
@@ -159,16 +157,15 @@ char* keyword_generator(const char* text, int state) {
   return nullptr;
 }
 
+const std::string* g_pending = nullptr;  // the lines of the statement typed so far (the REPL's)
+
 char** complete(const char* text, int start, int) {
   rl_attempted_completion_over = 1;
-  char quote = 0;
-  for (int i = 0; i < start && rl_line_buffer[i]; ++i) {
-    const char c = rl_line_buffer[i];
-    if (quote && c == '\\') ++i;
-    else if (quote && c == quote) quote = 0;
-    else if (!quote && (c == '"' || c == '\'')) quote = c;
-  }
-  g_complete_in_string = quote != 0;
+  // In a string or not: the statement's earlier lines, then this line up to the word.
+  std::string before = g_pending ? *g_pending : std::string();
+  before.append(rl_line_buffer, static_cast<size_t>(std::max(0, start)));
+  g_complete_quote = lql::open_quote(before);
+  g_complete_in_string = g_complete_quote != 0;
   return rl_completion_matches(text, keyword_generator);
 }
 
@@ -199,32 +196,61 @@ int repl(Runner& r, const LqlArgs& a) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   r.session().set_cancel(&g_interrupted);
-  std::string pending;
+  std::string pending;  // the statement's lines so far (the text after the last ';')
+  std::string entry;    // every line typed since the prompt was last "lql> ": one history entry
+  g_pending = &pending;
+  // A statement typed over several lines is one history entry (on one line: one_line), added
+  // once it is complete; written at once, so a killed REPL keeps it (a failed write, say a
+  // read-only home, costs only the history).
+  auto remember = [&] {
+    if (!lql::is_blank(entry)) {
+      add_history((entry.find('\n') == std::string::npos ? entry : lql::one_line(entry)).c_str());
+      if (!hist.empty()) write_history(hist.c_str());
+    }
+    entry.clear();
+  };
+  auto discard_note = [&] {
+    if (lql::is_blank(pending)) return;
+    std::string what = lql::one_line(pending);
+    if (what.size() > 60) what = what.substr(0, 57) + "...";
+    std::fprintf(stderr, "note: the unfinished statement was discarded: %s\n", what.c_str());
+  };
   while (true) {
     g_interrupted.store(false);
     char* line = readline(pending.empty() ? "lql> " : "...> ");
     if (!line && g_interrupted.load()) {  // Ctrl-C at the prompt
       std::printf("^C\n");
       pending.clear();
+      entry.clear();
       continue;
     }
     if (!line) {  // Ctrl-D
       std::printf("\n");
+      std::fflush(stdout);
+      discard_note();
       return 0;
     }
     std::string text(line);
     std::free(line);
-    if (pending.empty() && (text == "\\q" || text == "\\quit" || text == "exit" || text == "quit")) return 0;
-    if (pending.empty() && (text == "\\help" || text == "\\h" || text == "\\?" || text == "help")) {
-      std::printf("%s", kHelp);
+    std::string word = text.substr(0, text.find_last_not_of(" \t") + 1);
+    word.erase(0, std::min(word.size(), word.find_first_not_of(" \t")));
+    // A backslash command: a line starting with '\' (outside a string being continued), answered
+    // at once; it is never part of a statement.
+    if (!word.empty() && word[0] == '\\' && lql::open_quote(pending) == 0) {
+      if (word == "\\q" || word == "\\quit") {
+        discard_note();
+        return 0;
+      }
+      if (word == "\\help" || word == "\\h" || word == "\\?") std::printf("%s", lql::help_text().c_str());
+      else std::fprintf(stderr, "unknown command %s (\\help lists them)\n", word.c_str());
       continue;
     }
-    if (!lql::is_blank(text)) {
-      add_history(text.c_str());
-      // Written after each line, so a killed REPL keeps what was typed; a failed write (a
-      // read-only home) costs only the history.
-      if (!hist.empty()) write_history(hist.c_str());
+    if (pending.empty() && (word == "exit" || word == "quit")) return 0;
+    if (pending.empty() && word == "help") {
+      std::printf("%s", lql::help_text().c_str());
+      continue;
     }
+    entry += (entry.empty() ? "" : "\n") + text;
     pending += text + "\n";
     std::string rest;
     const auto chunks = lql::split_statements(pending, &rest);
@@ -233,6 +259,7 @@ int repl(Runner& r, const LqlArgs& a) {
       r.run_chunk(ch);
     }
     pending = lql::is_blank(rest) ? std::string() : rest;
+    if (pending.empty()) remember();
   }
 }
 

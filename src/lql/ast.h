@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -22,19 +21,22 @@ struct Value {
   Pos pos;
 };
 
-/// A WHERE condition.
+/// A WHERE condition. A chain `a AND b AND c` is one And node with three args (likewise OR), so
+/// the tree is only as deep as the parentheses and NOTs written (at most 256 levels, the parser's
+/// limit): walks over it may recurse.
 struct Cond {
   enum class Kind { And, Or, Not, Compare, Like, In, Between } kind = Kind::Compare;
-  std::shared_ptr<const Cond> lhs, rhs;  ///< And / Or: both; Not: lhs
+  std::vector<Cond> args;                ///< And / Or: 2 or more, in source order; Not: 1
   std::string field;                     ///< lower-cased
   std::string op;                        ///< Compare: = != < <= > >=
   std::vector<Value> values;             ///< Compare / Like: 1; In: 1+; Between: 2 (low, high)
-  Pos pos;
+  Pos pos;                               ///< a predicate: its field; And / Or: the first operator; Not: NOT
 };
 
-/// An inclusive layer range.
+/// An inclusive layer range, with where each bound was written (for range errors).
 struct LayerRange {
   int64_t first = 0, last = 0;
+  Pos first_pos, last_pos;
 };
 
 enum class Band { Syntax, Knowledge, Output, All };
@@ -45,6 +47,7 @@ struct ShowStmt {
   enum class What { Models, Layers, Relations, Features, Entities, Patches } what = What::Models;
   std::optional<LayerRange> range;       ///< SHOW LAYERS a-b
   std::optional<int64_t> layer;          ///< SHOW FEATURES n, SHOW RELATIONS/ENTITIES AT LAYER n
+  Pos layer_pos;                         ///< where `layer` was written
   std::optional<Cond> where;             ///< SHOW FEATURES
   std::optional<int64_t> limit;
   bool with_examples = false;            ///< SHOW RELATIONS
@@ -54,6 +57,7 @@ struct StatsStmt {};
 struct DescribeStmt {
   std::string entity;
   std::optional<int64_t> layer;
+  Pos layer_pos;
   std::optional<Band> band;
   Detail detail = Detail::Default;
   bool relations_only = false;
@@ -76,11 +80,14 @@ struct ExplainStmt {
 };
 struct SelectStmt {
   std::vector<std::string> fields;       ///< lower-cased; empty for *
+  std::vector<Pos> field_pos;            ///< where each of `fields` was written
   enum class From { Edges, Features, Entities } from = From::Edges;
   std::optional<std::string> nearest;    ///< NEAREST TO "entity" ...
   std::optional<int64_t> nearest_layer;  ///< ... AT LAYER n
+  Pos nearest_layer_pos;
   std::optional<Cond> where;
   std::optional<std::string> order_by;   ///< lower-cased field
+  Pos order_by_pos;
   bool descending = false;
   std::optional<int64_t> limit;
 };
@@ -103,12 +110,14 @@ struct InsertStmt {
   std::string entity, relation, target;
   std::optional<InsertMode> mode;        ///< MODE COMPOSE (the default) | MODE KNN
   std::optional<int64_t> layer;
+  Pos layer_pos;
   std::optional<double> confidence;
   std::optional<double> alpha;
 };
 struct Assignment {
   std::string field;
   Value value;
+  Pos pos;                               ///< of the field
 };
 struct UpdateStmt {
   std::vector<Assignment> set;
@@ -123,10 +132,12 @@ struct PatchStmt {
 struct VindexRef {
   bool current = false;
   std::string path;
+  Pos pos;
 };
 struct DiffStmt {
   VindexRef a, b;
   std::optional<int64_t> layer;
+  Pos layer_pos;
   std::optional<std::string> relation;
   std::optional<int64_t> limit;
   std::optional<std::string> into_patch;

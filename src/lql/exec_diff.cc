@@ -97,9 +97,15 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
       s.index();  // InvalidArgument when no vindex is in use
       return s;
     }
-    own = std::make_unique<Session>(SessionOptions{1, s.options().models_dir});
+    SessionOptions o = s.options();
+    o.threads = 1;
+    own = std::make_unique<Session>(o);
     own->set_cancel(s.cancel_flag());
-    own->use(r.path);
+    try {
+      own->use(r.path);
+    } catch (const Error& e) {
+      throw Error(e.kind(), "DIFF at " + r.pos.str() + ": " + e.what());
+    }
     return *own;
   };
   Session& A = side(st.a, own_a);
@@ -116,7 +122,7 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
 
   std::vector<int64_t> layers;
   if (st.layer) {
-    check_layer(A, *st.layer, pos);
+    check_layer(A, *st.layer, st.layer_pos);
     layers.push_back(*st.layer);
   } else {
     layers = layers_of(A, std::nullopt, pos);

@@ -235,7 +235,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   const InsertMode mode = st.mode.value_or(InsertMode::Compose);
   const int64_t hidden = s.index().hidden_size;
   const int64_t layer = st.layer.value_or(default_layer(s));
-  check_layer(s, layer, pos);
+  check_layer(s, layer, st.layer ? st.layer_pos : pos);
   auto blank = [](const std::string& x) { return x.find_first_not_of(" \t\n\r") == std::string::npos; };
   if (blank(st.entity)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the entity is empty");
   if (blank(st.relation)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the relation is empty");

@@ -28,11 +28,12 @@ void filter_rows(Table& t, const Cond& c);
 void order_rows(Table& t, const std::string& field, bool descending, Pos pos);
 /// Keep the first `limit` rows; adds a note "showing L of N rows" when rows were dropped.
 void limit_rows(Table& t, int64_t limit);
-/// Keep only `fields`, in that order (empty: all). Errors: InvalidArgument for an unknown field.
-void project(Table& t, const std::vector<std::string>& fields, Pos pos);
+/// Keep only `fields`, in that order (empty: all); pos[i]: where fields[i] was written. Errors:
+/// InvalidArgument for an unknown field, at its position.
+void project(Table& t, const std::vector<std::string>& fields, const std::vector<Pos>& pos);
 
-/// Layers of a range clause, checked against the vindex (InvalidArgument when out of range);
-/// all layers when absent.
+/// Layers of a range clause, checked against the vindex (InvalidArgument naming the bound out of
+/// range at its position); all layers when absent.
 std::vector<int64_t> layers_of(Session& s, const std::optional<LayerRange>& r, Pos pos);
 /// Layers of a band (SYNTAX / KNOWLEDGE / OUTPUT; All: every layer).
 std::vector<int64_t> layers_of_band(Session& s, Band b, Pos pos);

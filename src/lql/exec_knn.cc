@@ -186,7 +186,7 @@ Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
   if (st.relations_only) require_labels(s, "DESCRIBE ... RELATIONS ONLY", pos);
   std::vector<int64_t> layers;
   if (st.layer) {
-    check_layer(s, *st.layer, pos);
+    check_layer(s, *st.layer, st.layer_pos);
     layers = {*st.layer};
   } else {
     layers = layers_of_band(s, st.band.value_or(Band::All), pos);
@@ -279,14 +279,14 @@ Table exec_select(Session& s, const SelectStmt& st, Pos pos) {
   const int64_t limit = st.limit.value_or(20);
   if (st.from == SelectStmt::From::Entities) {
     if (st.nearest) {
-      if (st.nearest_layer) check_layer(s, *st.nearest_layer, pos);
+      if (st.nearest_layer) check_layer(s, *st.nearest_layer, st.nearest_layer_pos);
       // With a WHERE or ORDER BY every candidate is scored, so the filter sees them all.
       t = nearest_entities(s, *st.nearest, st.nearest_layer, st.where || st.order_by ? -1 : std::max<int64_t>(limit, 0), pos);
     } else {
       t = entity_rows(s, layers_of(s, std::nullopt, pos));
     }
   } else if (st.nearest) {
-    check_layer(s, *st.nearest_layer, pos);
+    check_layer(s, *st.nearest_layer, st.nearest_layer_pos);
     const auto q = s.entity_query(*st.nearest);
     if (!q) throw Error(ErrorKind::InvalidArgument, "NEAREST TO \"" + *st.nearest + "\" at " + pos.str() + ": the text has no tokens");
     // With a WHERE or ORDER BY every feature is scored, so the filter sees the whole layer.
@@ -309,14 +309,14 @@ Table exec_select(Session& s, const SelectStmt& st, Pos pos) {
                               (st.nearest_layer ? " AT LAYER " + std::to_string(*st.nearest_layer) : std::string())
                         : "");
   if (st.where) filter_rows(t, *st.where);
-  if (st.order_by) order_rows(t, *st.order_by, st.descending, pos);
+  if (st.order_by) order_rows(t, *st.order_by, st.descending, st.order_by_pos);
   limit_rows(t, limit);
-  project(t, st.fields, pos);
+  project(t, st.fields, st.field_pos);
   return t;
 }
 
-Table exec_show_features(Session& s, const ShowStmt& st, Pos pos) {
-  check_layer(s, *st.layer, pos);
+Table exec_show_features(Session& s, const ShowStmt& st, Pos) {
+  check_layer(s, *st.layer, st.layer_pos);
   Table t = feature_rows(s, {*st.layer});
   t.statement = "SHOW";
   t.title = "Features of layer " + std::to_string(*st.layer);
@@ -328,7 +328,7 @@ Table exec_show_features(Session& s, const ShowStmt& st, Pos pos) {
 Table exec_show_entities(Session& s, const ShowStmt& st, Pos pos) {
   std::vector<int64_t> layers;
   if (st.layer) {
-    check_layer(s, *st.layer, pos);
+    check_layer(s, *st.layer, st.layer_pos);
     layers = {*st.layer};
   } else {
     layers = layers_of(s, std::nullopt, pos);

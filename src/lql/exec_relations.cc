@@ -47,7 +47,7 @@ void keep_labelled_rows(Table& t) {
 
 Table exec_show_relations(Session& s, const ShowStmt& st, Pos pos) {
   const auto& labels = require_labels(s, "SHOW RELATIONS", pos);
-  if (st.layer) check_layer(s, *st.layer, pos);
+  if (st.layer) check_layer(s, *st.layer, st.layer_pos);
   std::vector<const vindex::FeatureLabel*> feats;
   for (const auto& f : labels.features)
     if (!st.layer || f.layer == *st.layer) feats.push_back(&f);

@@ -4,7 +4,6 @@
 // slot directly (no down_meta needed).
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <optional>
 
 #include "lql/edits.h"
@@ -24,29 +23,37 @@ double norm(const std::vector<float>& v) {
   return std::sqrt(s);
 }
 
-// WHERE layer = L AND feature = F (either order): one slot, named directly.
-std::optional<std::pair<int64_t, int64_t>> direct_slot(const Cond& c) {
-  std::optional<int64_t> layer, feature;
-  std::function<bool(const Cond&)> walk = [&](const Cond& x) -> bool {
-    if (x.kind == Cond::Kind::And) return walk(*x.lhs) && walk(*x.rhs);
+// WHERE layer = L AND feature = F (either order): one slot, named directly; the two values.
+struct DirectSlot {
+  const Value *layer = nullptr, *feature = nullptr;
+};
+std::optional<DirectSlot> direct_slot(const Cond& c) {
+  DirectSlot d;
+  auto take = [&](const Cond& x) {
     if (x.kind != Cond::Kind::Compare || x.op != "=" || x.values.size() != 1 || x.values[0].kind != Value::Kind::Integer)
       return false;
-    if (x.field == "layer" && !layer) layer = x.values[0].integer;
-    else if (x.field == "feature" && !feature) feature = x.values[0].integer;
+    if (x.field == "layer" && !d.layer) d.layer = &x.values[0];
+    else if (x.field == "feature" && !d.feature) d.feature = &x.values[0];
     else return false;
     return true;
   };
-  if (!walk(c) || !layer || !feature) return std::nullopt;
-  return std::make_pair(*layer, *feature);
+  if (c.kind == Cond::Kind::And) {
+    for (const Cond& a : c.args)
+      if (!take(a)) return std::nullopt;
+  } else if (!take(c)) {
+    return std::nullopt;
+  }
+  if (!d.layer || !d.feature) return std::nullopt;
+  return d;
 }
 
-// The first field of `c` named `name`, or nullptr.
+// The first field of `c` named `name`, or nullptr (the tree is shallow: the parser bounds it).
 const Cond* find_field(const Cond& c, const std::string& name) {
-  if (c.kind == Cond::Kind::And || c.kind == Cond::Kind::Or) {
-    if (const Cond* l = find_field(*c.lhs, name)) return l;
-    return find_field(*c.rhs, name);
+  if (c.kind == Cond::Kind::And || c.kind == Cond::Kind::Or || c.kind == Cond::Kind::Not) {
+    for (const Cond& a : c.args)
+      if (const Cond* f = find_field(a, name)) return f;
+    return nullptr;
   }
-  if (c.kind == Cond::Kind::Not) return find_field(*c.lhs, name);
   return c.field == name ? &c : nullptr;
 }
 
@@ -71,11 +78,13 @@ Table slots_table(const std::string& statement, const std::vector<std::pair<int6
 std::vector<std::pair<int64_t, int64_t>> select_slots(Session& s, const Cond& where, const std::string& what, Pos pos,
                                                       size_t cap) {
   if (auto slot = direct_slot(where)) {
-    check_layer(s, slot->first, pos);
-    if (slot->second < 0 || slot->second >= s.index().intermediate_size)
-      throw Error(ErrorKind::InvalidArgument, what + " at " + pos.str() + ": feature " + std::to_string(slot->second) +
-                                                  " is out of range 0-" + std::to_string(s.index().intermediate_size - 1));
-    return {*slot};
+    const int64_t layer = slot->layer->integer, feature = slot->feature->integer;
+    check_layer(s, layer, slot->layer->pos);
+    if (feature < 0 || feature >= s.index().intermediate_size)
+      throw Error(ErrorKind::InvalidArgument, what + ": feature " + std::to_string(feature) + " at " +
+                                                  slot->feature->pos.str() + " is out of range 0-" +
+                                                  std::to_string(s.index().intermediate_size - 1));
+    return {{layer, feature}};
   }
   if (const Cond* e = find_field(where, "entity"))
     not_built(what + " ... WHERE entity", e->pos,
@@ -145,13 +154,20 @@ Table exec_delete(Session& s, const DeleteStmt& st, Pos pos) {
 }
 
 Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
-  need_weights(s, "UPDATE", pos);
+  // What SET says, checked before anything is read: a mistyped value is the statement's error
+  // whatever the vindex.
   std::optional<std::string> target;
   for (const auto& a : st.set) {
-    if ((a.field == "target" || a.field == "top_token") && a.value.kind == Value::Kind::String) target = a.value.str;
-    else not_built("UPDATE ... SET " + a.field, a.value.pos, "UPDATE sets target = \"token\" (the down column's direction)");
+    if (a.field != "target" && a.field != "top_token")
+      not_built("UPDATE ... SET " + a.field, a.pos, "UPDATE sets target = \"token\" (the down column's direction)");
+    if (a.value.kind != Value::Kind::String)
+      throw Error(ErrorKind::InvalidArgument, "SET " + a.field + " needs a string (a token), got a number at " + a.value.pos.str());
+    if (target)  // target and its other name top_token: one of them
+      throw Error(ErrorKind::InvalidArgument, "SET " + a.field + " at " + a.pos.str() + ": the target is already set");
+    target = a.value.str;
   }
   if (!target) throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": SET target = \"token\" is missing");
+  need_weights(s, "UPDATE", pos);
   const auto slots = select_slots(s, st.where, "UPDATE", pos);
   const int64_t tid = target_token(s, *target, pos);
   auto base = s.base_source("UPDATE");

@@ -35,8 +35,8 @@ std::vector<int64_t> layers_of(Session& s, const std::optional<LayerRange>& r, P
     for (int64_t l = 0; l < n; ++l) out.push_back(l);
     return out;
   }
-  check_layer(s, r->first, pos);
-  check_layer(s, r->last, pos);
+  check_layer(s, r->first, r->first_pos);
+  check_layer(s, r->last, r->last_pos);
   for (int64_t l = r->first; l <= r->last; ++l) out.push_back(l);
   return out;
 }
@@ -51,7 +51,7 @@ std::vector<int64_t> layers_of_band(Session& s, Band b, Pos pos) {
                                                 std::to_string(s.index().num_layers) +
                                                 " layers: bands need 8 or more, or layer_bands in index.json) at " +
                                                 pos.str());
-  return layers_of(s, LayerRange{it->second.first, it->second.last}, pos);
+  return layers_of(s, LayerRange{it->second.first, it->second.last, pos, pos}, pos);
 }
 
 std::vector<std::string> feature_tokens(Session& s, int64_t layer, int64_t feature, size_t skip, size_t n) {
@@ -192,11 +192,15 @@ Table run_statement(Session& s, const Statement& st) {
       [&](const auto& b) -> Table {
         using T = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<T, UseStmt>) {
-          s.use(b.path);
+          try {
+            s.use(b.path);
+          } catch (const Error& e) {
+            throw Error(e.kind(), "USE at " + pos.str() + ": " + e.what());
+          }
           Table t;
           t.statement = "USE";
           const auto& ix = s.index();
-          t.title = "Using " + b.path + ": " + ix.model + ", " + std::to_string(ix.num_layers) + " layers, level " +
+          t.title = "Using " + s.path() + ": " + ix.model + ", " + std::to_string(ix.num_layers) + " layers, level " +
                     vindex::extract_level_name(ix.extract_level) +
                     (ix.has_model_weights ? ", with model weights" : ", no model weights");
           return t;

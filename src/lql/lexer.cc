@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 
 #include "util/error.h"
@@ -24,19 +25,32 @@ namespace {
 
 }  // namespace
 
-std::vector<Token> lex(std::string_view s) {
+size_t utf8_sequence_length(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  size_t n = 0;
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c >= 0xE0 && c <= 0xEF) n = 3;
+  else if (c >= 0xF0 && c <= 0xF4) n = 4;
+  else return 1;  // ASCII, a continuation byte, or a lead byte no valid sequence starts with
+  if (i + n > s.size()) return 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(k) & 0xC0) != 0x80) return 1;
+  // Overlong 3- and 4-byte forms, UTF-16 surrogates, above U+10FFFF.
+  if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) > 0x9F) || (c == 0xF0 && b(1) < 0x90) ||
+      (c == 0xF4 && b(1) > 0x8F))
+    return 1;
+  return n;
+}
+
+std::vector<Token> lex(std::string_view s, Pos start) {
   std::vector<Token> out;
   size_t i = 0;
-  Pos p;
+  PosCounter counter(start);
+  Pos p = start;
   auto advance = [&](size_t n) {
-    for (size_t k = 0; k < n && i < s.size(); ++k, ++i) {
-      if (s[i] == '\n') {
-        ++p.line;
-        p.col = 1;
-      } else {
-        ++p.col;
-      }
-    }
+    for (size_t k = 0; k < n && i < s.size(); ++k, ++i) counter.step(s, i);
+    p = counter.pos();
   };
   while (i < s.size()) {
     const char c = s[i];
@@ -72,7 +86,8 @@ std::vector<Token> lex(std::string_view s) {
       } else {
         t.kind = TokKind::Integer;
         const auto r = std::from_chars(t.text.data(), t.text.data() + t.text.size(), t.integer);
-        if (r.ec != std::errc()) fail(p, "integer " + t.text + " does not fit in 64 bits");
+        if (r.ec != std::errc())
+          fail(p, "integer " + t.text + " does not fit in a signed 64-bit integer (the largest is 9223372036854775807)");
         t.number = static_cast<double>(t.integer);
       }
       advance(j - i);
@@ -123,7 +138,12 @@ std::vector<Token> lex(std::string_view s) {
       } else if (c == '!') {
         fail(p, "a lone '!' (not equal is !=)");
       } else {
-        fail(p, std::string("unexpected character '") + c + "'");
+        // The whole code point when it is valid UTF-8 (a terminal shows it), else the byte.
+        const size_t n = utf8_sequence_length(s, i);
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02X", static_cast<unsigned>(static_cast<unsigned char>(c)));
+        const bool shown = n > 1 || std::isprint(static_cast<unsigned char>(c));
+        fail(p, "unexpected character '" + (shown ? std::string(s.substr(i, n)) : std::string(hex)) + "'");
       }
     }
     out.push_back(std::move(t));

@@ -9,7 +9,9 @@
 
 namespace larql::lql {
 
-/// A place in the source text: 1-based line and column (columns count bytes).
+/// A place in the source text: 1-based line and column. COL = 1 + the number of Unicode code
+/// points before the place on its line (a byte that is not part of valid UTF-8 counts as one);
+/// LINE = 1 + the number of '\n' before it (docs/lql.md "Lexical").
 struct Pos {
   int line = 1;
   int col = 1;
@@ -32,8 +34,38 @@ struct Token {
 /// comment to the end of the line. Strings: "..." or '...' with escapes \\ \" \' \n \t \r; any
 /// other escape is an error. Numbers: digits with an optional .digits (no sign: "-" is
 /// punctuation). Words: [A-Za-z_][A-Za-z0-9_]*. Punctuation: * , ; ( ) = != < <= > >= - |>.
+/// `start`: where src begins in a larger text (positions are then the larger text's).
 /// Errors: Error{InvalidArgument} "... at LINE:COL" for an unterminated string, a bad escape, an
-/// integer that does not fit 64 bits, a lone '|' or '!', or any other character.
-std::vector<Token> lex(std::string_view src);
+/// integer above 9223372036854775807 (a signed 64-bit integer), a lone '|' or '!', or any other
+/// character.
+std::vector<Token> lex(std::string_view src, Pos start = {});
+
+/// The bytes of the code point that starts at s[i]: 2-4 for a valid multi-byte UTF-8 sequence
+/// (no overlong form, surrogate or value above U+10FFFF), else 1 (ASCII, or a byte that is not
+/// valid UTF-8 there). i < s.size().
+size_t utf8_sequence_length(std::string_view s, size_t i);
+
+/// Advances a Pos over text byte by byte, counting code points (Pos's rule).
+class PosCounter {
+ public:
+  explicit PosCounter(Pos start = {}) : p_(start) {}
+  /// Account for byte s[i], the next one after those already counted.
+  void step(std::string_view s, size_t i) {
+    if (cont_ > 0) {
+      --cont_;
+    } else if (s[i] == '\n') {
+      ++p_.line;
+      p_.col = 1;
+    } else {
+      ++p_.col;
+      cont_ = utf8_sequence_length(s, i) - 1;
+    }
+  }
+  const Pos& pos() const { return p_; }
+
+ private:
+  Pos p_;
+  size_t cont_ = 0;  // continuation bytes left of the current code point
+};
 
 }  // namespace larql::lql

@@ -75,8 +75,8 @@ class Parser {
     return true;
   }
 
-  static constexpr int kMaxCondDepth = 256;
   int cond_depth_ = 0;
+  size_t cond_terms_ = 0;  // predicates of the WHERE being parsed (bounded: kMaxConditions)
   [[noreturn]] void fail_at(const Pos& p, const std::string& what) const {
     throw Error(ErrorKind::InvalidArgument, what + " at " + p.str());
   }
@@ -121,13 +121,20 @@ class Parser {
     if (!seen.insert(clause).second) fail_at(p, clause + " given twice");
   }
 
+  // A layer number and where it was written.
+  int64_t layer_number(Pos& at) {
+    at = peek().pos;
+    return expect_int("a layer number");
+  }
   LayerRange range() {
     const Pos p = peek().pos;
     LayerRange r;
-    r.first = expect_int("a layer number");
+    r.first = layer_number(r.first_pos);
     r.last = r.first;
+    r.last_pos = r.first_pos;
     if (at_punct("-")) {
       next();
+      r.last_pos = peek().pos;
       r.last = expect_int("the last layer of the range");
       if (r.last < r.first)
         throw Error(ErrorKind::InvalidArgument, "layer range " + std::to_string(r.first) + "-" + std::to_string(r.last) +
@@ -176,40 +183,33 @@ class Parser {
   }
 
   // --- conditions -----------------------------------------------------------------------------
+  // A whole WHERE: its predicates are counted from here.
+  Cond where_cond() {
+    cond_terms_ = 0;
+    return cond();
+  }
   Cond cond() { return or_cond(); }
-  Cond or_cond() {
-    Cond l = and_cond();
-    while (at_word("OR")) {
-      const Pos p = next().pos;
-      Cond r = and_cond();
-      Cond c;
-      c.kind = Cond::Kind::Or;
-      c.pos = p;
-      c.lhs = std::make_shared<Cond>(std::move(l));
-      c.rhs = std::make_shared<Cond>(std::move(r));
-      l = std::move(c);
+  // A chain of ORs (of ANDs) is one n-ary node, built in a loop: no recursion per term.
+  Cond chain(Cond::Kind kind, std::string_view word, Cond (Parser::*operand)()) {
+    Cond first = (this->*operand)();
+    if (!at_word(word)) return first;
+    Cond c;
+    c.kind = kind;
+    c.pos = peek().pos;
+    c.args.push_back(std::move(first));
+    while (at_word(word)) {
+      next();
+      c.args.push_back((this->*operand)());
     }
-    return l;
+    return c;
   }
-  Cond and_cond() {
-    Cond l = not_cond();
-    while (at_word("AND")) {
-      const Pos p = next().pos;
-      Cond r = not_cond();
-      Cond c;
-      c.kind = Cond::Kind::And;
-      c.pos = p;
-      c.lhs = std::make_shared<Cond>(std::move(l));
-      c.rhs = std::make_shared<Cond>(std::move(r));
-      l = std::move(c);
-    }
-    return l;
-  }
+  Cond or_cond() { return chain(Cond::Kind::Or, "OR", &Parser::and_cond); }
+  Cond and_cond() { return chain(Cond::Kind::And, "AND", &Parser::not_cond); }
   Cond negate(Cond inner, const Pos& p) {
     Cond c;
     c.kind = Cond::Kind::Not;
     c.pos = p;
-    c.lhs = std::make_shared<Cond>(std::move(inner));
+    c.args.push_back(std::move(inner));
     return c;
   }
   Cond not_cond() {
@@ -236,6 +236,11 @@ class Parser {
   Cond predicate() {
     Cond c;
     c.pos = peek().pos;
+    // Every predicate is evaluated per row: a WHERE of thousands is a generated mistake (a list
+    // of values is one IN).
+    if (++cond_terms_ > kMaxConditions)
+      fail_at(c.pos, "WHERE has more than " + std::to_string(kMaxConditions) +
+                         " conditions (this is the next one; for many values use field IN (...))");
     c.field = field_name("a field name (layer, feature, entity, relation, target, token, score ...)");
     bool negated = false;
     Pos not_pos;
@@ -332,7 +337,7 @@ class Parser {
           once(seen, "AT LAYER", p);
           next();
           expect_word("LAYER");
-          s.layer = expect_int("a layer number");
+          s.layer = layer_number(s.layer_pos);
         } else if (at_word("WITH")) {
           once(seen, "WITH EXAMPLES", p);
           next();
@@ -347,14 +352,14 @@ class Parser {
       }
     } else if (accept_word("FEATURES")) {
       s.what = ShowStmt::What::Features;
-      s.layer = expect_int("a layer number");
-      if (accept_word("WHERE")) s.where = cond();
+      s.layer = layer_number(s.layer_pos);
+      if (accept_word("WHERE")) s.where = where_cond();
       s.limit = limit_clause(seen);
     } else if (accept_word("ENTITIES")) {
       s.what = ShowStmt::What::Entities;
       if (accept_word("AT")) {
         expect_word("LAYER");
-        s.layer = expect_int("a layer number");
+        s.layer = layer_number(s.layer_pos);
       }
       s.limit = limit_clause(seen);
     } else {
@@ -380,7 +385,7 @@ class Parser {
         once(seen, "AT LAYER / band", p);
         next();
         expect_word("LAYER");
-        d.layer = expect_int("a layer number");
+        d.layer = layer_number(d.layer_pos);
       } else if (auto b = band()) {
         once(seen, "AT LAYER / band", p);
         d.band = b;
@@ -461,9 +466,11 @@ class Parser {
     if (at_punct("*")) {
       next();
     } else {
+      s.field_pos.push_back(peek().pos);
       s.fields.push_back(field_name("\"*\" or a field name"));
       while (at_punct(",")) {
         next();
+        s.field_pos.push_back(peek().pos);
         s.fields.push_back(field_name());
       }
     }
@@ -479,12 +486,13 @@ class Parser {
       if (s.from != SelectStmt::From::Entities || at_word("AT")) {
         expect_word("AT");
         expect_word("LAYER");
-        s.nearest_layer = expect_int("a layer number");
+        s.nearest_layer = layer_number(s.nearest_layer_pos);
       }
     }
-    if (accept_word("WHERE")) s.where = cond();
+    if (accept_word("WHERE")) s.where = where_cond();
     if (accept_word("ORDER")) {
       expect_word("BY");
+      s.order_by_pos = peek().pos;
       s.order_by = field_name();
       if (accept_word("DESC")) s.descending = true;
       else accept_word("ASC");
@@ -573,7 +581,7 @@ class Parser {
         once(seen, "AT LAYER", p);
         next();
         expect_word("LAYER");
-        s.layer = expect_int("a layer number");
+        s.layer = layer_number(s.layer_pos);
       } else if (accept_word("CONFIDENCE")) {
         once(seen, "CONFIDENCE", p);
         s.confidence = expect_number("CONFIDENCE");
@@ -596,16 +604,19 @@ class Parser {
     UpdateStmt s;
     expect_word("EDGES");
     expect_word("SET");
+    std::set<std::string> seen;
     do {
       if (!s.set.empty()) next();  // the ','
       Assignment a;
+      a.pos = peek().pos;
       a.field = field_name();
+      once(seen, "SET " + a.field, a.pos);  // a field set twice: which value would win?
       expect_punct("=");
       a.value = value();
       s.set.push_back(std::move(a));
     } while (at_punct(","));
     expect_word("WHERE");
-    s.where = cond();
+    s.where = where_cond();
     return s;
   }
 
@@ -613,7 +624,7 @@ class Parser {
     expect_word("FROM");
     expect_word("EDGES");
     expect_word("WHERE");
-    return DeleteStmt{cond()};
+    return DeleteStmt{where_cond()};
   }
 
   PatchStmt patch() {
@@ -631,8 +642,9 @@ class Parser {
   }
 
   VindexRef vref() {
-    if (accept_word("CURRENT")) return VindexRef{true, ""};
-    return VindexRef{false, expect_string("CURRENT or a vindex path")};
+    const Pos p = peek().pos;
+    if (accept_word("CURRENT")) return VindexRef{true, "", p};
+    return VindexRef{false, expect_string("CURRENT or a vindex path"), p};
   }
 
   DiffStmt diff() {
@@ -644,7 +656,7 @@ class Parser {
       const Pos p = peek().pos;
       if (accept_word("LAYER")) {
         once(seen, "LAYER", p);
-        s.layer = expect_int("a layer number");
+        s.layer = layer_number(s.layer_pos);
       } else if (accept_word("RELATION")) {
         once(seen, "RELATION", p);
         s.relation = expect_string("a relation");
@@ -678,9 +690,9 @@ class Parser {
 
 }  // namespace
 
-std::vector<Pipeline> parse_script(std::string_view src) { return Parser(lex(src)).script(); }
+std::vector<Pipeline> parse_script(std::string_view src, Pos start) { return Parser(lex(src, start)).script(); }
 
-Pipeline parse_one(std::string_view src) { return Parser(lex(src)).one(); }
+Pipeline parse_one(std::string_view src, Pos start) { return Parser(lex(src, start)).one(); }
 
 const std::vector<std::string_view>& keywords() { return kKeywords; }
 

@@ -37,21 +37,57 @@ std::string value(const Value& v) {
   return "";
 }
 
-std::string cond(const Cond& c) {
+bool is_chain(const Cond& c) { return c.kind == Cond::Kind::And || c.kind == Cond::Kind::Or; }
+
+// Appends the condition to `out`, with only the parentheses the tree needs (an AND chain inside
+// an OR needs none; a chain inside a chain of its own kind, an OR inside an AND and a chain under
+// NOT do): so the printed text never nests deeper than the source did (the parser bounds the
+// depth) and a long chain prints in one pass. A negated LIKE / IN / BETWEEN prints as
+// `field NOT LIKE ...`, the form that costs no nesting.
+void cond_into(std::string& out, const Cond& c) {
   switch (c.kind) {
-    case Cond::Kind::And: return "(" + cond(*c.lhs) + " AND " + cond(*c.rhs) + ")";
-    case Cond::Kind::Or: return "(" + cond(*c.lhs) + " OR " + cond(*c.rhs) + ")";
-    case Cond::Kind::Not: return "NOT " + cond(*c.lhs);
-    case Cond::Kind::Compare: return c.field + " " + c.op + " " + value(c.values.at(0));
-    case Cond::Kind::Like: return c.field + " LIKE " + quote(c.values.at(0).str);
-    case Cond::Kind::In: {
-      std::string out = c.field + " IN (";
-      for (size_t i = 0; i < c.values.size(); ++i) out += (i ? ", " : "") + value(c.values[i]);
-      return out + ")";
+    case Cond::Kind::And:
+    case Cond::Kind::Or:
+      for (size_t i = 0; i < c.args.size(); ++i) {
+        const Cond& a = c.args[i];
+        if (i) out += c.kind == Cond::Kind::And ? " AND " : " OR ";
+        const bool paren = is_chain(a) && (a.kind == c.kind || c.kind == Cond::Kind::And);
+        if (paren) out += "(";
+        cond_into(out, a);
+        if (paren) out += ")";
+      }
+      return;
+    case Cond::Kind::Not: {
+      const Cond& a = c.args.at(0);
+      if (a.kind == Cond::Kind::Like || a.kind == Cond::Kind::In || a.kind == Cond::Kind::Between) {
+        std::string inner;
+        cond_into(inner, a);
+        out += inner.insert(a.field.size(), " NOT");
+        return;
+      }
+      out += "NOT ";
+      if (is_chain(a)) out += "(";
+      cond_into(out, a);
+      if (is_chain(a)) out += ")";
+      return;
     }
-    case Cond::Kind::Between: return c.field + " BETWEEN " + value(c.values.at(0)) + " AND " + value(c.values.at(1));
+    case Cond::Kind::Compare: out += c.field + " " + c.op + " " + value(c.values.at(0)); return;
+    case Cond::Kind::Like: out += c.field + " LIKE " + quote(c.values.at(0).str); return;
+    case Cond::Kind::In:
+      out += c.field + " IN (";
+      for (size_t i = 0; i < c.values.size(); ++i) out += (i ? ", " : "") + value(c.values[i]);
+      out += ")";
+      return;
+    case Cond::Kind::Between:
+      out += c.field + " BETWEEN " + value(c.values.at(0)) + " AND " + value(c.values.at(1));
+      return;
   }
-  return "";
+}
+
+std::string cond(const Cond& c) {
+  std::string out;
+  cond_into(out, c);
+  return out;
 }
 
 std::string range(const LayerRange& r) { return std::to_string(r.first) + "-" + std::to_string(r.last); }

@@ -11,11 +11,11 @@
 
 namespace larql::lql {
 
-/// One statement's text, padded with the newlines and spaces that precede it in the whole text
-/// so that parsing it alone reports positions of the whole text. `text` excludes the ';'.
+/// One statement's text (without its ';') and where it starts in the whole text: parse it with
+/// parse_one(text, pos) so that errors name positions of the whole text.
 struct Chunk {
   std::string text;
-  Pos pos;  ///< where the statement's first byte is in the whole text
+  Pos pos;  ///< where text's first byte is in the whole text
 };
 
 /// The complete statements of `src` (each ended by ';'), and in `*rest` what follows the last
@@ -25,5 +25,15 @@ std::vector<Chunk> split_statements(std::string_view src, std::string* rest);
 
 /// Whether `text` holds nothing but blanks and comments.
 bool is_blank(std::string_view text);
+
+/// The quote character of a string left open at the end of `text`, or 0: quotes, escapes and
+/// `--` comments read as split_statements reads them.
+char open_quote(std::string_view text);
+
+/// `text` (statements typed over several lines) as one line that means the same: outside strings
+/// a `--` comment is dropped and a line break with the blanks around it becomes one blank;
+/// inside a string a line break is written as the escape \n (a carriage return as \r). The
+/// REPL's history keeps a statement as one such entry.
+std::string one_line(std::string_view text);
 
 }  // namespace larql::lql

@@ -48,7 +48,43 @@ Session::Session(SessionOptions opt, std::shared_ptr<ThreadPool> pool)
     : opt_(std::move(opt)), pool_(pool ? std::move(pool) : std::make_shared<ThreadPool>(opt_.threads)) {}
 Session::~Session() = default;
 
-void Session::use(const std::string& dir) {
+std::string resolve_vindex(const std::string& name, const std::vector<std::string>& model_dirs) {
+  std::error_code ec;
+  const auto needs_vindex = [](const std::string& path, const std::string& what) -> Error {
+    std::string stem = fs::path(path).filename().string();
+    if (stem.empty()) stem = fs::path(path).parent_path().filename().string();
+    if (const size_t dot = stem.rfind('.'); dot != std::string::npos && dot > 0) stem.resize(dot);
+    return Error(ErrorKind::Unsupported, "LQL needs a vindex, and " + path + " is " + what +
+                                             ": extract one with `larql extract " + path + " -o " + stem +
+                                             ".vindex --level inference` and USE \"" + stem + ".vindex\"");
+  };
+  const auto check = [&](const std::string& path) {
+    if (fs::is_directory(path, ec)) {
+      if (!fs::exists(fs::path(path) / "index.json", ec))
+        throw needs_vindex(path, "a directory without index.json (a Hugging Face checkpoint?), not a vindex");
+      return path;
+    }
+    throw needs_vindex(path, "a file (a GGUF model?), not a vindex directory");
+  };
+  if (fs::exists(name, ec)) return check(name);
+  if (!name.empty() && name.find('/') == std::string::npos) {
+    for (const fs::path d : model_dirs)
+      for (const std::string& cand : {name, name + ".vindex"})
+        if (fs::is_directory(d / cand, ec) && fs::exists(d / cand / "index.json", ec)) return (d / cand).string();
+    for (const fs::path d : model_dirs)  // only a model of that name: say how to make its vindex
+      for (const std::string& cand : {name, name + ".gguf"})
+        if (fs::exists(d / cand, ec)) return check((d / cand).string());
+  }
+  std::string dirs;
+  for (const auto& d : model_dirs) dirs += (dirs.empty() ? "" : ", ") + d;
+  throw Error(ErrorKind::NotFound, "no vindex " + name + ": no such directory" +
+                                       (dirs.empty() || name.find('/') != std::string::npos
+                                            ? std::string()
+                                            : ", and no vindex of that name in " + dirs));
+}
+
+void Session::use(const std::string& name) {
+  const std::string dir = resolve_vindex(name, opt_.model_dirs);
   auto o = std::make_unique<Open>();
   o->dir = dir;
   o->index = vindex::read_index(dir);

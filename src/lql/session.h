@@ -32,9 +32,22 @@ namespace larql::lql {
 class EditState;
 
 struct SessionOptions {
+  SessionOptions() = default;
+  explicit SessionOptions(int threads_, std::string models_dir_ = ".", std::vector<std::string> model_dirs_ = {})
+      : threads(threads_), models_dir(std::move(models_dir_)), model_dirs(std::move(model_dirs_)) {}
   int threads = 0;                 ///< the compute pool's threads; 0: one per core
   std::string models_dir = ".";    ///< where SHOW MODELS looks for vindex directories
+  /// Where USE looks up a short name (NAME or NAME.vindex; the CLI's model cache, README
+  /// "Using it"), in order; empty: USE takes only paths.
+  std::vector<std::string> model_dirs;
 };
+
+/// The vindex directory `name` means: a path to a vindex directory as is, else (a name without
+/// '/') NAME or NAME.vindex holding index.json in one of `model_dirs`, in order. Errors:
+/// Unsupported "LQL needs a vindex ..." with the `larql extract` command when the path (or the
+/// name found) is a file such as a GGUF model, or a directory without index.json; NotFound when
+/// nothing is there (naming the directories searched).
+std::string resolve_vindex(const std::string& name, const std::vector<std::string>& model_dirs);
 
 /// One gate-KNN hit: a feature of a layer and its signed score w_gate[f] · q.
 struct GateHit {
@@ -53,8 +66,9 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  /// Open a vindex directory (USE). The previous one stays in use when this fails.
-  /// Errors: read_index's (NotFound / Format), NotFound for a declared file that is missing,
+  /// Open a vindex directory (USE): a path or a short name (resolve_vindex over
+  /// options().model_dirs). The previous one stays in use when this fails.
+  /// Errors: resolve_vindex's, read_index's (NotFound / Format), NotFound for a declared file that is missing,
   /// Format for a gate_vectors.bin / embeddings.bin shorter than index.json says, DownMetaFile's.
   void use(const std::string& dir);
   /// USE of `base`'s vindex, sharing its read-only parts — the memory maps' files are mapped

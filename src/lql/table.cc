@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <unicode/uchar.h>
+#include <unicode/utf8.h>
 
 namespace larql::lql {
 
@@ -75,23 +77,47 @@ std::string clean(const std::string& s, bool escape_controls) {
   return out;
 }
 
-size_t cp_len(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
+}  // namespace
+
+int display_width(char32_t c) {
+  const auto u = static_cast<UChar32>(c);
+  const int8_t type = u_charType(u);
+  if (type == U_NON_SPACING_MARK || type == U_ENCLOSING_MARK || type == U_FORMAT_CHAR) return 0;
+  if (u >= 0x1160 && u <= 0x11FF) return 0;  // Hangul medial vowels and final consonants join the syllable
+  const int ea = u_getIntPropertyValue(u, UCHAR_EAST_ASIAN_WIDTH);
+  return ea == U_EA_WIDE || ea == U_EA_FULLWIDTH ? 2 : 1;
 }
 
-// The first `n` code points of s, with "…" as the last when cut.
-std::string cut(const std::string& s, size_t n) {
-  if (cp_len(s) <= n) return s;
-  size_t cps = 0, i = 0;
-  for (; i < s.size(); ++i) {
-    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
-      if (cps == n - 1) break;
-      ++cps;
-    }
+size_t display_width(std::string_view s) {
+  size_t w = 0;
+  int32_t i = 0;
+  const auto n = static_cast<int32_t>(s.size());
+  while (i < n) {
+    UChar32 c;
+    U8_NEXT(s.data(), i, n, c);
+    w += c < 0 ? 1 : static_cast<size_t>(display_width(static_cast<char32_t>(c)));  // a bad byte: one cell
   }
-  return s.substr(0, i) + "\xE2\x80\xA6";
+  return w;
+}
+
+namespace {
+
+// The longest start of s that is at most `n` terminal cells wide, with "…" (one cell) as the last
+// cell when cut; zero-width marks stay with the character they follow.
+std::string cut(const std::string& s, size_t n) {
+  if (display_width(s) <= n) return s;
+  size_t w = 0;
+  int32_t i = 0, keep = 0;
+  const auto len = static_cast<int32_t>(s.size());
+  while (i < len) {
+    UChar32 c;
+    U8_NEXT(s.data(), i, len, c);
+    const size_t cw = c < 0 ? 1 : static_cast<size_t>(display_width(static_cast<char32_t>(c)));
+    if (w + cw + 1 > n) break;
+    w += cw;
+    keep = i;
+  }
+  return s.substr(0, static_cast<size_t>(keep)) + "\xE2\x80\xA6";
 }
 
 std::string format_cell(const Cell& c, const Column& col) {
@@ -124,11 +150,11 @@ std::string render_text(const Table& t, int width) {
   if (nc > 0) {
     std::vector<std::vector<std::string>> cells(t.rows.size(), std::vector<std::string>(nc));
     std::vector<size_t> w(nc);
-    for (size_t c = 0; c < nc; ++c) w[c] = cp_len(t.columns[c].name);
+    for (size_t c = 0; c < nc; ++c) w[c] = display_width(t.columns[c].name);
     for (size_t r = 0; r < t.rows.size(); ++r)
       for (size_t c = 0; c < nc && c < t.rows[r].size(); ++c) {
         cells[r][c] = format_cell(t.rows[r][c], t.columns[c]);
-        w[c] = std::max(w[c], cp_len(cells[r][c]));
+        w[c] = std::max(w[c], display_width(cells[r][c]));
       }
     // Shrink the widest text / list column, one character at a time, until the line fits.
     auto total = [&] {
@@ -149,7 +175,7 @@ std::string render_text(const Table& t, int width) {
       std::string l;
       for (size_t c = 0; c < nc; ++c) {
         std::string s = cut(row[c], w[c]);
-        std::string pad(w[c] - std::min(w[c], cp_len(s)), ' ');
+        std::string pad(w[c] - std::min(w[c], display_width(s)), ' ');
         bool right = t.columns[c].type == Column::Type::Int || t.columns[c].type == Column::Type::Float;
         if (c) l += "  ";
         l += right ? pad + s : (c + 1 == nc ? s : s + pad);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -47,9 +48,18 @@ const char* column_type_name(Column::Type t);
 /// Aligned text: the title, a header, a rule and the rows, then the notes and the elapsed time
 /// when set ("12.3 ms"). Numbers are right-
 /// aligned. When the natural width exceeds `width` (columns), the widest text / list columns are
-/// cut (ending in "…") until it fits or each is 8 characters. Control characters in texts are
-/// shown escaped (\n, \t, \xNN). Width is counted in code points.
+/// cut (ending in "…") until it fits or each is 8 cells. Control characters in texts are
+/// shown escaped (\n, \t, \xNN). Widths are terminal cells (display_width): CJK and other wide
+/// characters take two, combining marks none.
 std::string render_text(const Table& t, int width = 100);
+
+/// The terminal cells a code point takes: 0 for a combining mark (Unicode general category Mn,
+/// Me), a format character (Cf: zero-width joiner, soft hyphen ...) and a Hangul medial or final
+/// jamo (U+1160-U+11FF); 2 for East Asian Wide and Fullwidth (CJK, kana, Hangul syllables, most
+/// emoji); 1 otherwise (ICU's character properties).
+int display_width(char32_t c);
+/// The cells of a UTF-8 text: the sum over its code points; a byte that is not valid UTF-8 is 1.
+size_t display_width(std::string_view s);
 
 /// One JSON document (no trailing newline), the schema of docs/lql.md "JSON output":
 /// {"statement", "title", "columns": [{"name", "type"}], "rows": [[...]], "notes": [...]}, plus

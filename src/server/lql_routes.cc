@@ -439,7 +439,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
       std::string rest;
       for (const auto& ch : lql::split_statements(text + "\n;", &rest)) {
         try {
-          const lql::Pipeline p = lql::parse_one(ch.text);
+          const lql::Pipeline p = lql::parse_one(ch.text, ch.pos);
           for (const auto& st : p.stages) docs.push_back(m.run(session, ex, st));
         } catch (const Error& e) {
           ++m.errors;

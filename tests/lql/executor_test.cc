@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -245,8 +246,8 @@ TEST_F(Fixture, UpdateAndDeleteWhereSelectsFeaturesByHand) {
            {"entity = 'a'", "DELETE ... WHERE entity is not built yet (1:25)"},
            {"layer = 0 AND relation = 'r'", "DELETE ... WHERE relation at 1:39 needs relation labels"},
            {"colour = 1", "unknown field colour"},
-           {"layer = 5 AND feature = 0", "layer 5 at 1:1 is out of range"},
-           {"layer = 0 AND feature = 4", "feature 4 is out of range 0-3"}}) {
+           {"layer = 5 AND feature = 0", "layer 5 at 1:33 is out of range"},  // the value's place
+           {"layer = 0 AND feature = 4", "DELETE: feature 4 at 1:49 is out of range 0-3"}}) {
     try {
       slots(where);
       ADD_FAILURE() << where;
@@ -276,7 +277,8 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
   EXPECT_NE(error_of("REMOVE PATCH 'p.vlp'", ErrorKind::NotFound).find("REMOVE PATCH at 1:1: no patch \"p.vlp\""),
             std::string::npos);
   // A patch file ends in .vlp, in an existing directory, outside the vindex in use.
-  EXPECT_NE(error_of("BEGIN PATCH 'notes.txt'", ErrorKind::InvalidArgument).find("ends in .vlp"), std::string::npos);
+  EXPECT_EQ(error_of("BEGIN PATCH 'notes.txt'", ErrorKind::InvalidArgument),
+            "BEGIN PATCH at 1:1: a patch file's name ends in .vlp, got \"notes.txt\"");
   EXPECT_NE(error_of("DIFF CURRENT CURRENT INTO PATCH 'd.txt'", ErrorKind::InvalidArgument).find("DIFF ... INTO PATCH at 1:1: a patch file's name ends in .vlp"),
             std::string::npos);
   EXPECT_NE(error_of("BEGIN PATCH '/no/such/dir/p.vlp'", ErrorKind::NotFound).find("no directory"), std::string::npos);
@@ -296,6 +298,120 @@ TEST_F(Fixture, WhatIsNotBuiltIsRejectedWithItsPosition) {
   // The forward pass needs weights: a browse vindex says so.
   for (const std::string src : {"INFER 'xy'", "TRACE 'xy'", "EXPLAIN INFER 'xy'"})
     EXPECT_NE(error_of(src).find("needs a vindex with model weights"), std::string::npos) << src;
+}
+
+// Range and field errors name the token at fault, not the statement (the vindex has layers 0-1).
+TEST_F(Fixture, ErrorsPointAtTheOffendingToken) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"SHOW LAYERS 0-9", "layer 9 at 1:15 is out of range: the vindex has layers 0-1"},
+      {"DESCRIBE 'abc' AT LAYER 2", "layer 2 at 1:25 is out of range"},
+      {"DIFF CURRENT CURRENT LAYER 9", "layer 9 at 1:28 is out of range"},
+      {"SHOW FEATURES 7", "layer 7 at 1:15 is out of range"},
+      {"SELECT * FROM EDGES NEAREST TO 'abc' AT LAYER 5", "layer 5 at 1:47 is out of range"},
+      {"SHOW ENTITIES AT LAYER 3", "layer 3 at 1:24 is out of range"},
+      {"WALK 'xy' LAYERS 1-4", "layer 4 at 1:20 is out of range"},
+      {"SELECT layer, foo FROM FEATURES", "unknown field foo at 1:15 (fields of this table: layer, feature"},
+      {"SELECT * FROM FEATURES ORDER BY size", "unknown field size at 1:33"},
+  };
+  for (const auto& [src, want] : cases)
+    EXPECT_EQ(error_of(src, ErrorKind::InvalidArgument).rfind(want, 0), 0u) << src << ": " << error_of(src, ErrorKind::InvalidArgument);
+  // SET's value is typed before the vindex is asked for weights.
+  EXPECT_EQ(error_of("UPDATE EDGES SET target = 5 WHERE layer = 0 AND feature = 1", ErrorKind::InvalidArgument),
+            "SET target needs a string (a token), got a number at 1:27");
+}
+
+// A flat chain of 4096 predicates (the most a WHERE takes) is checked and evaluated without a
+// recursion per term; so is the deepest nesting the parser allows.
+TEST_F(Fixture, LongAndDeepWheresEvaluate) {
+  auto count = [&](const std::string& where) { return run("SELECT * FROM FEATURES WHERE " + where + " LIMIT 100").rows.size(); };
+  std::string ors = "feature = 2";
+  for (int i = 1; i < 4096; ++i) ors += " OR feature = " + std::to_string(100 + i);
+  EXPECT_EQ(count(ors), 2u);  // feature 2 of layers 0 and 1
+  std::string ands = "layer = 1";
+  for (int i = 1; i < 4096; ++i) ands += " AND score > 0.3";
+  EXPECT_EQ(count(ands), 3u);  // layer 1's c_scores .5 .9375 .125 .375: three above 0.3
+  // The type check reaches the last term of a long chain.
+  std::string typo = "feature = 2";
+  for (int i = 1; i < 4095; ++i) typo += " OR feature = 2";
+  EXPECT_NE(error_of("SELECT * FROM FEATURES WHERE " + typo + " OR token = 7", ErrorKind::InvalidArgument).find("is a text"),
+            std::string::npos);
+  // NOTs around a group at the deepest nesting (the predicates at depth 256): layer 0 has
+  // features 0-3, so the group holds for 3 of the 8 features and its negation for 5.
+  std::string nots;
+  for (int i = 0; i < 253; ++i) nots += "NOT ";
+  EXPECT_EQ(count(nots + "(layer = 0 AND feature < 3)"), 5u);  // 253: odd
+  EXPECT_EQ(count(nots + "NOT (layer = 0 AND feature < 3)"), 3u);  // 254: even
+  // 30,000 terms: refused by the parser with a message (it crashed the type check).
+  std::string huge = "layer = 1";
+  for (int i = 1; i < 30000; ++i) huge += " OR layer = 1";
+  try {
+    parse_one("SELECT * FROM EDGES WHERE " + huge + " LIMIT 1");
+    ADD_FAILURE() << "30,000 conditions parsed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("WHERE has more than 4096 conditions"), std::string::npos);
+  }
+}
+
+// IN over a long list is a set lookup: 100,000 rows against 200,000 values, as numbers and as
+// texts, in well under the 5 s bound (a linear scan per row did 2e10 comparisons).
+TEST(WhereIn, ALongListIsASetLookup) {
+  std::string nums = "n IN (", texts = "t IN (";
+  for (int i = 0; i < 200000; ++i) {
+    nums += (i ? ", " : "") + std::to_string(2 * i + 1);             // the odd numbers 1..399999
+    texts += (i ? ", 'W" : "'W") + std::to_string(2 * i + 1) + "'";  // "w1", "w3", ... any case
+  }
+  Table t;
+  t.columns = {{"n", Column::Type::Int}, {"t"}};
+  for (int64_t i = 0; i < 100000; ++i) t.rows.push_back({i, "w" + std::to_string(i)});
+  const auto t0 = std::chrono::steady_clock::now();
+  Table a = t, b = t;
+  detail::filter_rows(a, std::get<DeleteStmt>(parse_one("DELETE FROM EDGES WHERE " + nums + ")").stages.at(0).body).where);
+  detail::filter_rows(b, std::get<DeleteStmt>(parse_one("DELETE FROM EDGES WHERE " + texts + ")").stages.at(0).body).where);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(a.rows.size(), 50000u);  // the odd i below 100,000
+  EXPECT_EQ(b.rows.size(), 50000u);
+  EXPECT_EQ(std::get<int64_t>(a.rows.front()[0]), 1);
+  EXPECT_EQ(std::get<int64_t>(b.rows.back()[0]), 99999);
+  EXPECT_LT(s, 5.0);
+}
+
+// USE takes a vindex directory, or a short name found in the model directories; a file (a GGUF
+// model) or a missing name is an error that says what LQL needs, at the statement's place.
+TEST(ExecutorUse, ShortNamesAndFilesThatAreNotVindexes) {
+  const fs::path dir = fs::path(tiny_vindex()).parent_path();
+  const fs::path gguf = dir / "model.gguf";
+  std::ofstream(gguf) << "GGUF";
+  SessionOptions o{1, "."};
+  o.model_dirs = {"/nonexistent-models", dir.string()};
+  Session s(o);
+  Executor e(s);
+  auto error = [&](const std::string& src) -> std::string {
+    try {
+      e.run(parse_one(src));
+    } catch (const Error& err) {
+      return err.what();
+    }
+    return "(ran)";
+  };
+  e.run(parse_one("USE 'tiny'"));
+  EXPECT_EQ(s.path(), (dir / "tiny.vindex").string());
+  e.run(parse_one("USE \"tiny.vindex\""));
+  EXPECT_EQ(s.path(), (dir / "tiny.vindex").string());
+  const std::string want = "USE at 1:1: LQL needs a vindex, and " + gguf.string() +
+                           " is a file (a GGUF model?), not a vindex directory: extract one with `larql extract " +
+                           gguf.string() + " -o model.vindex --level inference` and USE \"model.vindex\"";
+  EXPECT_EQ(error("USE '" + gguf.string() + "'"), want);
+  EXPECT_EQ(error("USE 'model'"), want);  // the short name finds the GGUF file
+  EXPECT_EQ(error("\n  USE 'model'").rfind("USE at 2:3: LQL needs a vindex", 0), 0u);
+  EXPECT_EQ(error("DIFF CURRENT '" + gguf.string() + "'").rfind("DIFF at 1:14: LQL needs a vindex, and " + gguf.string(), 0), 0u);
+  EXPECT_EQ(error("USE 'nope'"), "USE at 1:1: no vindex nope: no such directory, and no vindex of that name in "
+                                 "/nonexistent-models, " + dir.string());
+  EXPECT_EQ(error("USE '" + dir.string() + "'"),
+            "USE at 1:1: LQL needs a vindex, and " + dir.string() +
+                " is a directory without index.json (a Hugging Face checkpoint?), not a vindex: extract one with `larql "
+                "extract " + dir.string() + " -o " + dir.filename().string() + ".vindex --level inference` and USE \"" +
+                dir.filename().string() + ".vindex\"");
+  EXPECT_EQ(s.path(), (dir / "tiny.vindex").string());  // the failures left the vindex in use
 }
 
 TEST_F(Fixture, ACancelFlagStopsTheStatement) {

@@ -75,21 +75,23 @@ TEST(ParserTest, SelectWithFieldsConditionsOrderAndLimit) {
   EXPECT_EQ(s.nearest.value(), "Paris");
   EXPECT_EQ(s.nearest_layer.value(), 9);
   ASSERT_TRUE(s.where.has_value());
-  // ((score > -0.5 AND (LIKE OR NOT IN)) AND NOT BETWEEN): AND is left-associative.
+  // AND(score > -0.5, OR(LIKE, NOT IN), NOT BETWEEN): a chain is one node, its terms in order.
   const Cond& w = *s.where;
   EXPECT_EQ(w.kind, Cond::Kind::And);
-  EXPECT_EQ(w.rhs->kind, Cond::Kind::Not);
-  EXPECT_EQ(w.rhs->lhs->kind, Cond::Kind::Between);
-  EXPECT_EQ(w.rhs->lhs->values.at(1).integer, 20);
-  const Cond& left = *w.lhs;
-  EXPECT_EQ(left.kind, Cond::Kind::And);
-  EXPECT_EQ(left.lhs->kind, Cond::Kind::Compare);
-  EXPECT_EQ(left.lhs->op, ">");
-  EXPECT_DOUBLE_EQ(left.lhs->values.at(0).number, -0.5);
-  EXPECT_EQ(left.rhs->kind, Cond::Kind::Or);
-  EXPECT_EQ(left.rhs->lhs->kind, Cond::Kind::Like);
-  EXPECT_EQ(left.rhs->rhs->kind, Cond::Kind::Not);
-  EXPECT_EQ(left.rhs->rhs->lhs->values.size(), 3u);
+  ASSERT_EQ(w.args.size(), 3u);
+  EXPECT_EQ(w.pos.str(), "1:90");  // the first AND
+  EXPECT_EQ(w.args[0].kind, Cond::Kind::Compare);
+  EXPECT_EQ(w.args[0].op, ">");
+  EXPECT_DOUBLE_EQ(w.args[0].values.at(0).number, -0.5);
+  const Cond& o = w.args[1];
+  EXPECT_EQ(o.kind, Cond::Kind::Or);
+  ASSERT_EQ(o.args.size(), 2u);
+  EXPECT_EQ(o.args[0].kind, Cond::Kind::Like);
+  EXPECT_EQ(o.args[1].kind, Cond::Kind::Not);
+  EXPECT_EQ(o.args[1].args.at(0).values.size(), 3u);
+  EXPECT_EQ(w.args[2].kind, Cond::Kind::Not);
+  EXPECT_EQ(w.args[2].args.at(0).kind, Cond::Kind::Between);
+  EXPECT_EQ(w.args[2].args.at(0).values.at(1).integer, 20);
   EXPECT_EQ(s.order_by.value(), "score");
   EXPECT_TRUE(s.descending);
   EXPECT_EQ(s.limit.value(), 7);
@@ -159,6 +161,80 @@ TEST(ParserTest, ErrorsSayWhatWasExpectedWhere) {
   std::string nots;
   for (int i = 0; i < 20000; ++i) nots += "NOT ";
   EXPECT_NE(error_of("SELECT * FROM EDGES WHERE " + nots + "layer = 1").find("nested more than 256 deep"), std::string::npos);
+}
+
+// A flat chain of ANDs / ORs is one node however long (no recursion per term); a WHERE holds at
+// most kMaxConditions predicates, and the next one is an error at its position, not a crash.
+TEST(ParserTest, LongChainsAreFlatAndBounded) {
+  auto chain = [](size_t n, const std::string& op) {
+    std::string w = "layer = 1";
+    for (size_t i = 1; i < n; ++i) w += " " + op + " layer = 1";
+    return w;
+  };
+  for (const std::string op : {"OR", "AND"}) {
+    const auto s = one<SelectStmt>("SELECT * FROM EDGES WHERE " + chain(kMaxConditions, op) + " LIMIT 1");
+    ASSERT_TRUE(s.where.has_value());
+    EXPECT_EQ(s.where->kind, op == "OR" ? Cond::Kind::Or : Cond::Kind::And);
+    EXPECT_EQ(s.where->args.size(), 4096u);
+    EXPECT_EQ(s.limit.value(), 1);
+    // 30,000 and 50,000 terms (the user's report: a segfault in the type check). "SELECT * FROM
+    // EDGES WHERE " is 26 characters and the first term 9; each further " OR layer = 1" is 13
+    // (" AND layer = 1" 14), its field 4 (5) in: term 4097's field is at 26 + 9 + 4095 * 13 + 4 +
+    // 1 = 53275 (AND: 26 + 9 + 4095 * 14 + 5 + 1 = 57371).
+    for (size_t n : {30000u, 50000u}) {
+      const std::string e = error_of("SELECT * FROM EDGES WHERE " + chain(n, op) + " LIMIT 1");
+      EXPECT_EQ(e.rfind("WHERE has more than 4096 conditions", 0), 0u) << e.substr(0, 200);
+      EXPECT_NE(e.find(op == "OR" ? "at 1:53275" : "at 1:57371"), std::string::npos) << e.substr(0, 200);
+    }
+  }
+  // Every WHERE counts afresh: two clauses of 4096 in one script are fine.
+  EXPECT_EQ(parse_script("DELETE FROM EDGES WHERE " + chain(4096, "OR") + "; SHOW FEATURES 1 WHERE " + chain(4096, "AND")).size(), 2u);
+  // Parenthesised groups count too: the bound is on predicates, not on one chain.
+  std::string groups = "(" + chain(2048, "OR") + ") AND (" + chain(2049, "OR") + ")";
+  EXPECT_NE(error_of("SELECT * FROM EDGES WHERE " + groups).find("more than 4096 conditions"), std::string::npos);
+}
+
+TEST(ParserTest, UpdateSetsEachFieldOnce) {
+  EXPECT_EQ(error_of("UPDATE EDGES SET target = \"Lyon\", target = \"Rome\" WHERE layer = 3 AND feature = 1"),
+            "SET target given twice at 1:35");
+  EXPECT_EQ(error_of("UPDATE EDGES SET target = 'a', TARGET = 'b' WHERE layer = 3"), "SET target given twice at 1:32");
+  const auto up = one<UpdateStmt>("UPDATE EDGES SET target = 'a' WHERE layer = 3");
+  EXPECT_EQ(up.set.at(0).pos.str(), "1:18");
+  EXPECT_EQ(up.set.at(0).value.pos.str(), "1:27");
+}
+
+// The AST carries where each layer number and field name was written (the executor's range and
+// unknown-field errors name them).
+TEST(ParserTest, LayerNumbersAndFieldsKeepTheirPositions) {
+  const auto sh = one<ShowStmt>("SHOW LAYERS 0-99");
+  EXPECT_EQ(sh.range->first_pos.str(), "1:13");
+  EXPECT_EQ(sh.range->last_pos.str(), "1:15");
+  EXPECT_EQ(one<ShowStmt>("SHOW LAYERS 7").range->last_pos.str(), "1:13");
+  EXPECT_EQ(one<DescribeStmt>("DESCRIBE 'x' AT LAYER 18").layer_pos.str(), "1:23");
+  EXPECT_EQ(one<TraceStmt>("TRACE 'p' LAYERS 3-99").layers->last_pos.str(), "1:20");
+  EXPECT_EQ(one<DiffStmt>("DIFF CURRENT 'b' LAYER 99").layer_pos.str(), "1:24");
+  EXPECT_EQ(one<DiffStmt>("DIFF CURRENT 'b'").b.pos.str(), "1:14");
+  EXPECT_EQ(one<InsertStmt>("INSERT INTO EDGES (entity, relation, target) VALUES ('a', 'b', 'c') AT LAYER 18")
+                .layer_pos.str(),
+            "1:78");
+  EXPECT_EQ(one<ShowStmt>("SHOW FEATURES 12").layer_pos.str(), "1:15");
+  const auto sel = one<SelectStmt>("SELECT layer, foo FROM EDGES NEAREST TO 'x' AT LAYER 30 ORDER BY bar");
+  ASSERT_EQ(sel.field_pos.size(), 2u);
+  EXPECT_EQ(sel.field_pos[1].str(), "1:15");
+  EXPECT_EQ(sel.nearest_layer_pos.str(), "1:54");
+  EXPECT_EQ(sel.order_by_pos.str(), "1:66");
+}
+
+// Columns count code points, not bytes (docs/lql.md "Lexical"): "Ünïcødé 日本語" is 11 code
+// points in 23 bytes, so LAYR is at 1 + 9 ("DESCRIBE ") + 13 (the quoted string) + 4 (" AT ").
+TEST(ParserTest, ColumnsCountCodePoints) {
+  EXPECT_EQ(error_of("DESCRIBE \"Ünïcødé 日本語\" AT LAYR 3"), "expected LAYER at 1:27, found \"LAYR\"");
+  EXPECT_EQ(error_of("WALK '日本' TOPP"), "expected \";\" or end of input at 1:11, found \"TOPP\"");
+  // A string over two lines: the line restarts the count.
+  EXPECT_EQ(error_of("WALK '日本\né' TOPP"), "expected \";\" or end of input at 2:4, found \"TOPP\"");
+  // Not valid UTF-8: each bad byte counts as one (here \xFF and a lone continuation byte \x80).
+  EXPECT_EQ(error_of("WALK '\xFF\x80' TOPP"), "expected \";\" or end of input at 1:11, found \"TOPP\"");
+  EXPECT_EQ(error_of("WALK 'x' 日"), "unexpected character '日' at 1:10");
 }
 
 }  // namespace

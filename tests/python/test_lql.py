@@ -38,9 +38,10 @@ REPO = Path(__file__).resolve().parents[2]
 ENTITIES = ["France", "Paris", "Germany", "Tokyo", "water", "Einstein", "dog", "music", "London", "Japan"]
 
 
-def lql(larql_bin, vindex, *args, stdin=None, cwd=None, timeout=600):
+def lql(larql_bin, vindex, *args, stdin=None, cwd=None, timeout=600, env=None):
     cmd = [str(larql_bin), "lql", "--threads", str(peer.THREADS)] + ([str(vindex)] if vindex else []) + list(args)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=stdin, cwd=cwd)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, input=stdin, cwd=cwd,
+                          env=None if env is None else dict(os.environ, **env))
 
 
 def docs(stdout):
@@ -278,6 +279,100 @@ def test_scripts_stop_at_the_first_error(larql_bin, inference_vindex, tmp_path):
     assert [d["statement"] for d in docs(r.stdout)] == ["STATS", "SHOW"]
     r = lql(larql_bin, inference_vindex, "-e", "WALK 'x' COMPARE", cwd=tmp_path)
     assert r.returncode == 1 and "WALK ... COMPARE is not built yet (1:1)" in r.stderr
+    # Range errors name the layer number written, on the model's 18 layers (0-17).
+    r = lql(larql_bin, inference_vindex, "--keep-going", "-e",
+            "TRACE 'The capital of France is' LAYERS 3-99;\n"
+            "INSERT INTO EDGES (entity, relation, target) VALUES ('a', 'b', 'c') AT LAYER 18;\n"
+            "SHOW LAYERS 0-99", cwd=tmp_path)
+    assert "layer 99 at 1:43 is out of range: the vindex has layers 0-17" in r.stderr, r.stderr
+    assert "layer 18 at 2:78 is out of range" in r.stderr, r.stderr
+    assert "layer 99 at 3:15 is out of range" in r.stderr, r.stderr
+
+
+def test_model_names_and_files_that_are_not_vindexes(larql_bin, inference_vindex, model_path, tmp_path):
+    # A short name resolves as for the other verbs (README: models/ or $LARQL_MODELS).
+    (tmp_path / "gemma.vindex").symlink_to(inference_vindex)
+    env = {"LARQL_MODELS": str(tmp_path)}
+    r = lql(larql_bin, "gemma", "-e", "STATS", env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "extract_level" in r.stdout, r.stderr
+    r = lql(larql_bin, None, "-e", 'USE "gemma"; SHOW LAYERS 0', env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "Layers of" in r.stdout, r.stderr
+    # A GGUF is not a vindex: say so, with the command that makes one (not "index.json: Not a directory").
+    r = lql(larql_bin, model_path, "-e", "STATS")
+    assert r.returncode != 0 and f"LQL needs a vindex, and {model_path} is a file" in r.stderr, r.stderr
+    assert f"larql extract {model_path} -o {model_path.stem}.vindex --level inference" in r.stderr, r.stderr
+    assert "Not a directory" not in r.stderr
+    r = lql(larql_bin, inference_vindex, "--keep-going", "-e", f'USE "{model_path}";\nDIFF CURRENT "{model_path}"')
+    assert f"USE at 1:1: LQL needs a vindex, and {model_path}" in r.stderr, r.stderr
+    assert f"DIFF at 2:14: LQL needs a vindex, and {model_path}" in r.stderr, r.stderr
+    r = lql(larql_bin, inference_vindex, "-e", 'USE "no-such-thing"', env=env)
+    assert "USE at 1:1: no vindex no-such-thing: no such directory, and no vindex of that name in " + str(tmp_path) in r.stderr
+
+
+def test_repl_commands_history_completion_and_discarding(larql_bin, inference_vindex, tmp_path):
+    env = {"TERM": "xterm", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    t = Pty([str(larql_bin), "lql", "--threads", "1", str(inference_vindex)], env)
+    t.prompt(1)
+    t.send(b"\\foo\r")  # an unknown command is answered at once, and swallows nothing
+    t.read_until(b"unknown command \\foo (\\help lists them)")
+    t.prompt(2)
+    t.send(b"STATS;\r")
+    t.read_until(b"extract_level", 1)
+    t.prompt(3)
+    mark = len(t.out)
+    t.send(b"\\help\r")
+    t.read_until(b"Commands:")
+    help_text = t.out[mark:].decode(errors="replace")
+    for form in ("INSERT INTO EDGES", "UPDATE EDGES SET", "DELETE FROM EDGES", "BEGIN PATCH", "SHOW PATCHES",
+                 "INTO PATCH", "INTO VINDEX", "INFER \"prompt\" [TOP n] [COMPARE]", "[WITH ATTENTION]",
+                 "FROM ENTITIES [NEAREST TO"):
+        assert form in help_text, form
+    assert "INSERT" not in help_text[help_text.index("Not built yet"):]
+    t.prompt(4)
+    # A statement over three lines (with a comment) is one history entry: one Up runs it again.
+    t.send(b"SHOW LAYERS\r")
+    t.read_until(b"...> ", 1)
+    t.wait_editing()
+    t.send(b"  0-1 -- two layers\r")
+    t.read_until(b"...> ", 2)
+    t.wait_editing()
+    t.send(b";\r")
+    t.read_until(b"Layers of", 1)
+    t.prompt(5)
+    t.send(b"\x1b[A\r")
+    t.read_until(b"Layers of", 2)
+    t.prompt(6)
+    # Completion: names only inside quotes, and never one with a line break.
+    t.send(b"DESCRIBE 'Lx\\ny' AT LAYER 9 BRIEF;\r")
+    t.read_until(b"signal")
+    t.prompt(7)
+    t.send(b"DESCRIBE 'France' AT LAYER 9 BRIEF;\r")
+    t.read_until(b"France \xe2\x80\x94 signal")
+    t.prompt(8)
+    t.send(b"STATS Fra\tZ")  # outside quotes: no name completes, the Z lands right after "Fra"
+    t.read_until(b"FraZ")
+    t.send(b"\x03")
+    t.read_until(b"^C")
+    t.prompt(9)
+    t.send(b"DESCRIBE 'Lx\tQ")  # inside quotes, the name with a line break is not offered
+    t.read_until(b"'LxQ")
+    t.send(b"\x03")
+    t.read_until(b"^C", 2)
+    t.prompt(10)
+    mark, q = len(t.out), t.out.count(b"Q")
+    t.send(b"DESCRIBE 'Fra\tQ")  # ... and the plain one is; Ctrl-C only once the Q is echoed (after the completion)
+    t.read_until(b"Q", q + 1)
+    assert b"nce Q" in t.out[mark:], t.out[mark:]  # libedit writes the completed rest after a redraw
+    t.send(b"\x03")
+    t.read_until(b"^C", 3)
+    t.prompt(11)
+    # Ctrl-D on a continuation line: leaves (0), saying what was dropped.
+    t.send(b"SHOW LAYERS\r")
+    t.read_until(b"...> ", 3)
+    t.wait_editing()
+    t.send(b"\x04")
+    assert t.wait() == 0
+    assert b"the unfinished statement was discarded: SHOW LAYERS" in t.out, t.out[-500:]
 
 
 class Pty:
