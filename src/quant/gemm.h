@@ -82,7 +82,9 @@ bool gemv_supported(DType w);
 /// Decode-sized batches: the same contract as gemm() (outputs bit-identical to vec_dot_fn(w)),
 /// computed 4 weight rows at a time straight from the weights (no packing, so it pays off for any
 /// number of rows; gemm() is faster from a few activation rows on). Per step the 4 rows share the
-/// activation loads and the horizontal reductions, and lines 4 KiB ahead are prefetched.
+/// activation loads and the horizontal reductions, and the next group of rows is prefetched
+/// line by line in address order (quant/gemm_x86.inl GroupPrefetch: AMD Zen 4's prefetchers
+/// lose 4 interleaved row streams; docs/BENCHMARKS.md "Speed").
 /// 32-element blocks: the prepared activation extras (f32 scales, block sums: the weights'
 /// offsets are removed through them), one dpbusd per block on VNNI CPUs, two rows per 256-bit float
 /// step (lanes 0..3 one row's four accumulators, 4..7 the other's). Q4_K / Q6_K: the row kernels'
