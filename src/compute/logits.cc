@@ -56,15 +56,30 @@ double kl_nats(const float* logp, const double* logq, int64_t n) { return kl_imp
 void top_k(const float* x, int64_t n, int64_t k, std::vector<Scored>& out) {
   need_values("top_k", n);
   if (k < 1) throw Error(ErrorKind::InvalidArgument, "top_k: k must be >= 1, got " + std::to_string(k));
-  out.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = {x[i], static_cast<int32_t>(i)};
   auto before = [](const Scored& a, const Scored& b) { return a.value > b.value || (a.value == b.value && a.index < b.index); };
-  if (k < n) {
-    std::partial_sort(out.begin(), out.begin() + k, out.end(), before);
-    out.resize(static_cast<size_t>(k));
-  } else {
+  out.clear();
+  if (k >= n) {
+    out.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = {x[i], static_cast<int32_t>(i)};
     std::sort(out.begin(), out.end(), before);
+    return;
   }
+  // One pass with a bounded heap (its root the worst kept): an element enters only when it beats
+  // the root, which after the first few thousand is rare, so the pass is one compare per element
+  // (it was: 262,144 pairs written, then partial_sort). Scanning in index order, a later equal
+  // value never beats the root (its index is larger), so the result is the same total order.
+  out.reserve(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) out.push_back({x[i], static_cast<int32_t>(i)});
+  std::make_heap(out.begin(), out.end(), before);
+  float worst = out.front().value;
+  for (int64_t i = k; i < n; ++i) {
+    if (!(x[i] > worst)) continue;  // NaN and ties lose, as in `before` (NaN compares false)
+    std::pop_heap(out.begin(), out.end(), before);
+    out.back() = {x[i], static_cast<int32_t>(i)};
+    std::push_heap(out.begin(), out.end(), before);
+    worst = out.front().value;
+  }
+  std::sort_heap(out.begin(), out.end(), before);
 }
 
 }  // namespace larql::compute

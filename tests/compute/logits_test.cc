@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
+#include <vector>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -152,6 +156,34 @@ TEST(TopK, LargestFirstTiesByLowerIndex) {
   EXPECT_EQ(out[0].index, argmax(x, 6));
   EXPECT_THROW(top_k(x, 6, 0, out), Error);
   EXPECT_THROW(top_k(x, 0, 1, out), Error);
+}
+
+// Against a full sort by the documented order, on vectors with many ties (values from a few
+// levels) and on distinct values, for k across the range.
+TEST(TopK, EqualsAFullSortByTheTotalOrder) {
+  std::mt19937 rng(11);
+  for (int levels : {3, 50, 0}) {
+    for (int64_t n : {1, 7, 100, 5000}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x)
+        v = levels ? static_cast<float>(rng() % levels) : std::uniform_real_distribution<float>(-30, 30)(rng);
+      std::vector<int32_t> order(static_cast<size_t>(n));
+      for (int32_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+      std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return x[static_cast<size_t>(a)] > x[static_cast<size_t>(b)] || (x[static_cast<size_t>(a)] == x[static_cast<size_t>(b)] && a < b);
+      });
+      for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{40}, n - 1, n, n + 3}) {
+        if (k < 1) continue;
+        std::vector<Scored> out;
+        top_k(x.data(), n, k, out);
+        ASSERT_EQ(static_cast<int64_t>(out.size()), std::min(k, n));
+        for (size_t i = 0; i < out.size(); ++i) {
+          ASSERT_EQ(out[i].index, order[i]) << "levels " << levels << " n " << n << " k " << k << " rank " << i;
+          ASSERT_EQ(out[i].value, x[static_cast<size_t>(order[i])]);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
