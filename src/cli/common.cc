@@ -118,7 +118,8 @@ CLI::Option* int_flag(CLI::App* app, const std::string& names, T& out, int64_t l
           throw CLI::ValidationError(e.what());
         }
       },
-      with_default(help, int_range_text(lo, hi), std::to_string(out)));
+      // A default outside the range is a sentinel ("all cores", "the model's"): the help says it.
+      with_default(help, int_range_text(lo, hi), out >= lo && out <= hi ? std::to_string(out) : std::string()));
   o->type_name("INT");
   return o;
 }
@@ -184,7 +185,7 @@ void add_sampler_flags(CLI::App* app, SamplerParams& p, bool& seed_set) {
 
 void add_threads_flag(CLI::App* app, int& threads) {
   add_int_flag(app, "-t,--threads", threads, 1, 1024,
-               "CPU threads (default: all cores; more than the cores runs many times slower),")
+               "CPU threads (more than the cores runs many times slower)")
       ->default_str("all cores");
 }
 

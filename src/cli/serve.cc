@@ -187,7 +187,14 @@ void register_serve(CLI::App& app) {
   add_int_flag(cmd, "--port", a->port, 0, 65535, "TCP port (0: any free one, printed at start; default 8080)");
   add_threads_flag(cmd, a->threads);
   add_engine_flag(cmd, a->engine);
-  cmd->add_option("--api-key", a->api_key, "require this key (Authorization: Bearer KEY) on every route but /health");
+  // An empty key (`--api-key "$UNSET"`) would turn authentication off: refused, as an empty key file is.
+  cmd->add_option("--api-key", a->api_key, "require this key (Authorization: Bearer KEY) on every route but /health")
+      ->check(CLI::Validator(
+          [](std::string& k) {
+            return trim_line(k).empty() ? std::string("the API key is empty (an unset variable?); give a key or leave --api-key out")
+                                        : std::string();
+          },
+          "KEY"));
   cmd->add_option("--api-key-file", a->api_key_file, "read the API key from this file's first line");
   cmd->add_option("--cors", a->cors, "allow browsers from this origin (repeatable; \"*\" for any). Default: none")
       ->delimiter(',');

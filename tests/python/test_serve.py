@@ -283,6 +283,14 @@ def test_api_key_and_queue_limits(larql_bin, model_path, tmp_path):
         assert s.stop() == 0
 
 
+def test_an_empty_api_key_is_refused(larql_bin, model_path):
+    """`--api-key "$UNSET"` must not start a server without authentication."""
+    for key in ("", "  "):
+        r = subprocess.run([str(larql_bin), "serve", str(model_path), "--port", "0", "--api-key", key],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "the API key is empty" in r.stderr, (r.returncode, r.stderr)
+
+
 def test_sigterm_drains_in_flight_requests(larql_bin, model_path):
     s = Server(larql_bin, model_path)
     c = s.client()
