@@ -94,18 +94,12 @@ class Runner {
   /// Run every statement of a script (the last ';' optional). Returns the exit status: 0, or 1
   /// after the first error (every error with --keep-going).
   int run_script(const std::string& src) {
-    std::string rest;
-    const auto chunks = lql::split_statements(src + "\n;", &rest);
     int status = 0;
-    for (const auto& ch : chunks) {
+    for (const auto& ch : lql::script_statements(src)) {
       if (!run_chunk(ch)) {
         status = 1;
         if (!a_.keep_going) break;
       }
-    }
-    if (!lql::is_blank(rest) && status == 0) {
-      std::fprintf(stderr, "error: unterminated string at the end of the script\n");
-      status = 1;
     }
     return status;
   }

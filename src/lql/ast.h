@@ -112,7 +112,9 @@ struct InsertStmt {
   std::optional<int64_t> layer;
   Pos layer_pos;
   std::optional<double> confidence;
+  Pos confidence_pos;                    ///< of CONFIDENCE's number
   std::optional<double> alpha;
+  Pos alpha_pos;                         ///< of ALPHA's number
 };
 struct Assignment {
   std::string field;

@@ -221,11 +221,11 @@ std::string canonical_prompt(const std::string& relation, const std::string& ent
   return "The " + r + " of " + entity + " is";
 }
 
-int64_t target_token(Session& s, const std::string& target, Pos pos) {
+int64_t target_token(Session& s, const std::string& target, Pos pos, const char* what) {
   const std::string text = (!target.empty() && target.front() == ' ') ? target : " " + target;
   auto ids = s.tokenizer().encode(text, false, false);
   if (ids.empty()) ids = s.tokenizer().encode(target, false, false);
-  if (ids.empty()) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the target has no tokens");
+  if (ids.empty()) throw Error(ErrorKind::InvalidArgument, std::string(what) + " at " + pos.str() + ": the target has no tokens");
   return ids[0];
 }
 
@@ -241,11 +241,21 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   if (blank(st.relation)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the relation is empty");
   if (blank(st.target)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the target is empty");
   if (st.confidence && !(*st.confidence >= 0 && *st.confidence <= 1))
-    throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": CONFIDENCE must be in [0, 1]");
+    throw Error(ErrorKind::InvalidArgument, "INSERT at " + st.confidence_pos.str() + ": CONFIDENCE must be in [0, 1]");
   if (st.alpha && !(*st.alpha > 0 && *st.alpha <= 100))
-    throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": ALPHA must be in (0, 100]");
+    throw Error(ErrorKind::InvalidArgument, "INSERT at " + st.alpha_pos.str() + ": ALPHA must be in (0, 100]");
+  // Each option belongs to one mode: refused in the other rather than parsed and ignored.
+  if (mode == InsertMode::Compose && st.confidence)
+    throw Error(ErrorKind::InvalidArgument,
+                "INSERT at " + st.confidence_pos.str() +
+                    ": CONFIDENCE weighs a KNN fact against the model (MODE KNN); a COMPOSE fact is written into the "
+                    "weights, its strength is ALPHA");
+  if (mode == InsertMode::Knn && st.alpha)
+    throw Error(ErrorKind::InvalidArgument,
+                "INSERT at " + st.alpha_pos.str() +
+                    ": ALPHA scales a COMPOSE feature's output; a KNN fact has none (its weight is CONFIDENCE)");
   const std::string prompt = canonical_prompt(st.relation, st.entity);
-  const int64_t target = target_token(s, st.target, pos);
+  const int64_t target = target_token(s, st.target, pos, "INSERT");
   const double conf = st.confidence.value_or(1.0);
   Table t;
   t.statement = "INSERT";
@@ -260,7 +270,6 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   op.confidence = conf;
   op.layer = layer;
   if (mode == InsertMode::Knn) {
-    if (st.alpha) not_built("INSERT ... MODE KNN ... ALPHA", pos, "ALPHA scales a COMPOSE feature's output; a KNN fact has none");
     op.kind = PatchOp::Kind::InsertKnn;
     op.key = ffn_in(s, prompt, layer);
     record(s, op, &t.notes);
@@ -446,6 +455,10 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
     need_weights(s, st.op == PatchStmt::Op::Apply ? "APPLY PATCH" : st.op == PatchStmt::Op::Remove ? "REMOVE PATCH" : "SAVE PATCH", pos);
     return s.base_source("PATCH");
   };
+  static constexpr const char* kOpName[] = {"BEGIN PATCH", "SAVE PATCH", "APPLY PATCH", "REMOVE PATCH"};
+  const char* what = kOpName[static_cast<int>(st.op)];
+  if (st.op != PatchStmt::Op::Save && st.name.find_first_not_of(" \t\n\r") == std::string::npos)
+    throw Error(ErrorKind::InvalidArgument, std::string(what) + " at " + pos.str() + ": the patch path is empty");
   switch (st.op) {
     case PatchStmt::Op::Begin:
       if (ed.recording && !ed.anonymous)
@@ -496,7 +509,12 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
       for (const auto& p : ed.applied)
         if (same_patch(p.name, st.name)) throw Error(ErrorKind::InvalidArgument, "APPLY PATCH at " + pos.str() + ": \"" + st.name + "\" is already applied");
       const std::string fp = base()->fingerprint();
-      Patch p = load_patch(st.name, limits(s));
+      Patch p;
+      try {
+        p = load_patch(st.name, limits(s));
+      } catch (const Error& e) {  // the file's own error ("x.vlp: operations[1]...") with the statement's place
+        throw Error(e.kind(), std::string(what) + " at " + pos.str() + ": " + e.what());
+      }
       if (p.base_model != s.index().model)
         throw Error(ErrorKind::InvalidArgument, "APPLY PATCH at " + pos.str() + ": " + st.name + " was made for model \"" +
                                                     p.base_model + "\", the vindex in use holds \"" + s.index().model + "\"");

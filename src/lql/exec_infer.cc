@@ -120,7 +120,17 @@ ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions
   return out;
 }
 
+// TOP n asks for n rows a layer (or prediction): 0 would answer an empty table that looks like "no
+// feature fired", so it is an error in every statement that takes it.
+namespace {
+void check_top(const std::optional<int64_t>& top, const std::string& what, Pos pos) {
+  if (top && *top < 1)
+    throw Error(ErrorKind::InvalidArgument, what + " at " + pos.str() + ": TOP must be at least 1, got " + std::to_string(*top));
+}
+}  // namespace
+
 Table exec_walk(Session& s, const WalkStmt& st, Pos pos) {
+  check_top(st.top, "WALK", pos);
   if (st.compare)
     not_built("WALK ... COMPARE", pos,
               "INFER ... COMPARE compares the base and edited predictions, and DIFF CURRENT \"base.vindex\" the "
@@ -137,6 +147,7 @@ Table exec_walk(Session& s, const WalkStmt& st, Pos pos) {
 
 Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
   const std::string what = st.infer ? "EXPLAIN INFER" : "EXPLAIN WALK";
+  check_top(st.top, what, pos);
   if (st.relations_only) require_labels(s, what + " ... RELATIONS ONLY", pos);
   const auto layers = pick_layers(s, st.layers, st.band, pos);
   const int k = static_cast<int>(st.top.value_or(st.verbose ? 10 : st.infer ? 3 : 5));
@@ -272,8 +283,7 @@ Table infer_compare(Session& s, const InferStmt& st) {
 }  // namespace
 
 Table exec_infer(Session& s, const InferStmt& st, Pos pos) {
-  if (st.top && *st.top < 1)
-    throw Error(ErrorKind::InvalidArgument, "INFER at " + pos.str() + ": TOP must be at least 1, got " + std::to_string(*st.top));
+  check_top(st.top, "INFER", pos);
   if (st.compare) return infer_compare(s, st);
   const ForwardRun run = run_forward(s, st.prompt, false, "INFER");
   Table t;

@@ -114,7 +114,7 @@ ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions
 /// "The {relation, '-' and '_' as blanks} of {entity} is": the prompt a fact is installed on.
 std::string canonical_prompt(const std::string& relation, const std::string& entity);
 /// The first token of " " + target. Errors: InvalidArgument when it has no tokens.
-int64_t target_token(Session& s, const std::string& target, Pos pos);
+int64_t target_token(Session& s, const std::string& target, Pos pos, const char* what);
 /// Edits rewrite the model's weights: Error{Unsupported} "<what> at LINE:COL needs a vindex with
 /// model weights ..." when the vindex has none.
 void need_weights(Session& s, const std::string& what, Pos pos);

@@ -164,12 +164,14 @@ Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
       throw Error(ErrorKind::InvalidArgument, "SET " + a.field + " needs a string (a token), got a number at " + a.value.pos.str());
     if (target)  // target and its other name top_token: one of them
       throw Error(ErrorKind::InvalidArgument, "SET " + a.field + " at " + a.pos.str() + ": the target is already set");
+    if (a.value.str.find_first_not_of(" \t\n\r") == std::string::npos)  // as INSERT's target
+      throw Error(ErrorKind::InvalidArgument, "SET " + a.field + " at " + a.value.pos.str() + ": the target is empty");
     target = a.value.str;
   }
   if (!target) throw Error(ErrorKind::InvalidArgument, "UPDATE at " + pos.str() + ": SET target = \"token\" is missing");
   need_weights(s, "UPDATE", pos);
   const auto slots = select_slots(s, st.where, "UPDATE", pos);
-  const int64_t tid = target_token(s, *target, pos);
+  const int64_t tid = target_token(s, *target, pos, "UPDATE");
   auto base = s.base_source("UPDATE");
   EditState& ed = s.edits();
   auto cur = ed.overlay ? ed.overlay : std::make_shared<OverlaySource>(base);

@@ -584,9 +584,11 @@ class Parser {
         s.layer = layer_number(s.layer_pos);
       } else if (accept_word("CONFIDENCE")) {
         once(seen, "CONFIDENCE", p);
+        s.confidence_pos = peek().pos;
         s.confidence = expect_number("CONFIDENCE");
       } else if (accept_word("ALPHA")) {
         once(seen, "ALPHA", p);
+        s.alpha_pos = peek().pos;
         s.alpha = expect_number("ALPHA");
       } else if (accept_word("MODE")) {
         once(seen, "MODE", p);

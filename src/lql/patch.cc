@@ -253,6 +253,8 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
     if (o.contains("confidence")) {
       if (!o["confidence"].is_number()) bad(name, where + ".confidence", "not a number");
       x.confidence = o["confidence"].get<double>();
+      if (!(x.confidence >= 0 && x.confidence <= 1))
+        bad(name, where + ".confidence", o["confidence"].dump() + " is out of range [0, 1]");
     }
     p.ops.push_back(std::move(x));
   }

@@ -65,7 +65,8 @@ std::string one_line(std::string_view t) {
   return out;
 }
 
-std::vector<Chunk> split_statements(std::string_view src, std::string* rest) {
+namespace {
+std::vector<Chunk> split_at_semicolons(std::string_view src, std::string* rest, Pos* rest_pos) {
   std::vector<Chunk> out;
   size_t start = 0;
   PosCounter pos;
@@ -100,6 +101,20 @@ std::vector<Chunk> split_statements(std::string_view src, std::string* rest) {
     pos.step(src, i);
   }
   if (rest) *rest = std::string(src.substr(start));
+  if (rest_pos) *rest_pos = start_pos;
+  return out;
+}
+}  // namespace
+
+std::vector<Chunk> split_statements(std::string_view src, std::string* rest) {
+  return split_at_semicolons(src, rest, nullptr);
+}
+
+std::vector<Chunk> script_statements(std::string_view src) {
+  std::string rest;
+  Pos rest_pos;
+  std::vector<Chunk> out = split_at_semicolons(src, &rest, &rest_pos);
+  if (!is_blank(rest)) out.push_back(Chunk{std::move(rest), rest_pos});
   return out;
 }
 

@@ -23,6 +23,12 @@ struct Chunk {
 /// dropped. An unterminated string keeps its text in *rest.
 std::vector<Chunk> split_statements(std::string_view src, std::string* rest);
 
+/// Every statement of a script whose last ';' is optional (`larql lql -e/-f`, POST /v1/lql): the
+/// chunks of split_statements, then what follows the last ';' as one more chunk at its own
+/// position when it is not blank — so an unfinished statement's error (`expected LAYER at 1:21,
+/// found end of input`, `unterminated string at 2:10`) names a place in the text as written.
+std::vector<Chunk> script_statements(std::string_view src);
+
 /// Whether `text` holds nothing but blanks and comments.
 bool is_blank(std::string_view text);
 

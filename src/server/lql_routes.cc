@@ -370,8 +370,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
         }
       }
       if (lql) {  // blanks, comments and bare ';' alike: no statement to run
-        std::string rest;
-        if (lql::is_blank(text) || (lql::split_statements(text + "\n;", &rest).empty() && lql::is_blank(rest)))
+        if (lql::is_blank(text) || lql::script_statements(text).empty())
           refuse(400, "", "'query' holds no statement (only blanks, comments or ';')", "query");
       }
       if (!lql) {
@@ -436,8 +435,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
     } else {
       // As `larql lql --json --keep-going`: each statement parsed and run alone, a failed one
       // answered by {"error", "kind"} in its place.
-      std::string rest;
-      for (const auto& ch : lql::split_statements(text + "\n;", &rest)) {
+      for (const auto& ch : lql::script_statements(text)) {
         try {
           const lql::Pipeline p = lql::parse_one(ch.text, ch.pos);
           for (const auto& st : p.stages) docs.push_back(m.run(session, ex, st));
@@ -450,8 +448,6 @@ void LqlApi::operator()(const Request& req, Responder& r) {
           docs.push_back(dump(json{{"error", e.message}, {"kind", "forbidden"}}));
         }
       }
-      if (!lql::is_blank(rest))
-        docs.push_back(dump(json{{"error", "unterminated string at the end of the query"}, {"kind", "invalid_argument"}}));
     }
     if (limit >= 0 && !docs.empty()) {  // /v1/describe?limit=N: the first N rows
       auto d = nlohmann::ordered_json::parse(docs.back());

@@ -125,6 +125,13 @@ TEST(PatchFile, ErrorsReadFileFieldProblemAndCutTheParsersExcerpt) {
             "h.vlp: version: 2 is not a version this build reads (1)");
   EXPECT_EQ(error_of(with_op(R"({"op":"delete","layer":4,"feature":0})")),
             "h.vlp: operations[1].layer: 4 is out of range 0-3");
+  // A KNN fact's confidence mixes it with the model (docs/lql.md INFER): outside [0, 1] the
+  // mixture is not a distribution, so it is refused, not clamped.
+  EXPECT_EQ(error_of(with_op(R"({"op":"delete","layer":1,"feature":0,"confidence":5})")),
+            "h.vlp: operations[1].confidence: 5 is out of range [0, 1]");
+  EXPECT_EQ(error_of(with_op(R"({"op":"delete","layer":1,"feature":0,"confidence":-0.5})")),
+            "h.vlp: operations[1].confidence: -0.5 is out of range [0, 1]");
+  EXPECT_EQ(error_of(with_op(R"({"op":"delete","layer":1,"feature":0,"confidence":1})")), "(accepted)");
   // A file cut inside a 1,200-character base64 string: the message stays short and keeps both
   // ends of what the parser read.
   const std::string b64(1200, 'A');

@@ -141,6 +141,31 @@ TEST(Script, ErrorsNameThePositionInTheWholeText) {
   }
 }
 
+// A script's last ';' is optional: the unfinished tail is one more statement at its own place, so
+// its error names a position in the text as written (not past an appended ";").
+std::string script_error(const std::string& src) {
+  const auto c = script_statements(src);
+  for (const auto& ch : c) {
+    try {
+      parse_one(ch.text, ch.pos);
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  return "(parsed " + std::to_string(c.size()) + ")";
+}
+
+TEST(Script, TheLastSemicolonIsOptionalAndErrorsAtTheEndNameTheirPlace) {
+  EXPECT_EQ(script_error("DESCRIBE \"France\" AT"), "expected LAYER at 1:21, found end of input");
+  EXPECT_EQ(script_error("DESCRIBE"), "expected an entity (a quoted string) at 1:9, found end of input");
+  EXPECT_EQ(script_error("STATS;\nDESCRIBE \"France;\nSTATS;\n"), "unterminated string at 2:10");
+  EXPECT_EQ(script_error("STATS; STATS -- the end"), "(parsed 2)");
+  EXPECT_EQ(script_error("STATS;\n  -- only a comment"), "(parsed 1)");
+  const auto c = script_statements("STATS;\n  DESCRIBE 'x'");
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[1].pos.str(), "1:7");  // right after the ';' (the chunk keeps its leading blanks)
+}
+
 // The REPL's history entry for a statement typed over lines: one line meaning the same.
 TEST(Script, OneLineMeansTheSame) {
   EXPECT_EQ(one_line("SELECT *\n  FROM EDGES -- all\n  -- more\n\n  LIMIT 3\n"), "SELECT * FROM EDGES LIMIT 3");

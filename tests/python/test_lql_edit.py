@@ -272,6 +272,43 @@ def test_compile_and_patch_paths_never_replace_what_is_there(larql_bin, inferenc
     assert r.returncode != 0 and "ALPHA must be in" in r.stderr
 
 
+def test_options_of_the_other_mode_empty_targets_and_paths_are_refused_at_their_place(larql_bin, inference_vindex,
+                                                                                      tmp_path):
+    """Nothing parsed is ignored: CONFIDENCE is KNN's and ALPHA COMPOSE's; an empty UPDATE target or
+    patch path is an error (as INSERT's); every error names its statement's line:column, the last
+    one (an unterminated string, no final ';') included, with a JSON error document each."""
+    ins = 'INSERT INTO EDGES (entity, relation, target) VALUES ("Zed", "capital", "Oslo")'
+    lines = [f"{ins} CONFIDENCE 0.5",
+             f"{ins} MODE KNN ALPHA 2",
+             f"{ins} CONFIDENCE 2 MODE KNN",
+             'UPDATE EDGES SET target = "" WHERE layer = 12 AND feature = 7',
+             'UPDATE EDGES SET target = "   " WHERE layer = 12 AND feature = 7',
+             'BEGIN PATCH ""',
+             'APPLY PATCH "  "',
+             f'APPLY PATCH "{tmp_path}/absent.vlp"',
+             'WALK "The capital of France is" TOP 0',
+             'DESCRIBE "France']
+    script = tmp_path / "refusals.lql"
+    script.write_text(";\n".join(lines))  # no final ';'
+    r = subprocess.run([str(larql_bin), "lql", "--json", "--keep-going", str(inference_vindex), "-f", str(script)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr
+    docs = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+    assert len(docs) == len(lines) and all("error" in d for d in docs), r.stdout
+    err = [d["error"] for d in docs]
+    col = lambda i, needle: f"{i + 1}:{lines[i].index(needle) + 1}"
+    assert f"INSERT at {col(0, '0.5')}: CONFIDENCE weighs a KNN fact" in err[0], err[0]
+    assert f"INSERT at {col(1, '2')}: ALPHA scales a COMPOSE feature" in err[1], err[1]
+    assert f"INSERT at {col(2, '2 MODE')}: CONFIDENCE must be in [0, 1]" in err[2], err[2]
+    assert f"SET target at {col(3, chr(34))}: the target is empty" in err[3], err[3]
+    assert f"SET target at {col(4, chr(34))}: the target is empty" in err[4], err[4]
+    assert err[5] == "BEGIN PATCH at 6:1: the patch path is empty", err[5]
+    assert err[6] == "APPLY PATCH at 7:1: the patch path is empty", err[6]
+    assert err[7].startswith(f"APPLY PATCH at 8:1: {tmp_path}/absent.vlp"), err[7]
+    assert err[8] == "WALK at 9:1: TOP must be at least 1, got 0", err[8]
+    assert err[9] == "unterminated string at 10:10", err[9]
+
+
 def test_compiled_slots_survive_a_later_insert_and_infer_compare(compose_run, larql_bin, target_ids):
     """A vindex compiled from edits records the slots they wrote (edits.json); a COMPOSE INSERT on it
     picks another slot, so the compiled facts and the new one all answer. INFER ... COMPARE: no
