@@ -236,10 +236,9 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   const int64_t hidden = s.index().hidden_size;
   const int64_t layer = st.layer.value_or(default_layer(s));
   check_layer(s, layer, st.layer ? st.layer_pos : pos);
-  auto blank = [](const std::string& x) { return x.find_first_not_of(" \t\n\r") == std::string::npos; };
-  if (blank(st.entity)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the entity is empty");
-  if (blank(st.relation)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the relation is empty");
-  if (blank(st.target)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the target is empty");
+  if (blank_value(st.entity)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the entity is empty");
+  if (blank_value(st.relation)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the relation is empty");
+  if (blank_value(st.target)) throw Error(ErrorKind::InvalidArgument, "INSERT at " + pos.str() + ": the target is empty");
   if (st.confidence && !(*st.confidence >= 0 && *st.confidence <= 1))
     throw Error(ErrorKind::InvalidArgument, "INSERT at " + st.confidence_pos.str() + ": CONFIDENCE must be in [0, 1]");
   if (st.alpha && !(*st.alpha > 0 && *st.alpha <= 100))
@@ -450,14 +449,14 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
   EditState& ed = s.edits();
   Table t;
   t.statement = "PATCH";
-  // BEGIN / SAVE record and write; APPLY and REMOVE rebuild the weights, which need the model.
-  auto base = [&] {
-    need_weights(s, st.op == PatchStmt::Op::Apply ? "APPLY PATCH" : st.op == PatchStmt::Op::Remove ? "REMOVE PATCH" : "SAVE PATCH", pos);
-    return s.base_source("PATCH");
-  };
   static constexpr const char* kOpName[] = {"BEGIN PATCH", "SAVE PATCH", "APPLY PATCH", "REMOVE PATCH"};
   const char* what = kOpName[static_cast<int>(st.op)];
-  if (st.op != PatchStmt::Op::Save && st.name.find_first_not_of(" \t\n\r") == std::string::npos)
+  // BEGIN / SAVE record and write; APPLY and REMOVE rebuild the weights, which need the model.
+  auto base = [&] {
+    need_weights(s, what, pos);
+    return s.base_source("PATCH");
+  };
+  if (st.op != PatchStmt::Op::Save && blank_value(st.name))
     throw Error(ErrorKind::InvalidArgument, std::string(what) + " at " + pos.str() + ": the patch path is empty");
   switch (st.op) {
     case PatchStmt::Op::Begin:

@@ -306,7 +306,7 @@ Table exec_trace(Session& s, const TraceStmt& st, Pos pos) {
   int64_t target = top_ids(run.last_logits, 1)[0];
   std::string cut_note;
   if (st.target) {
-    if (st.target->find_first_not_of(" \t\n\r") == std::string::npos)
+    if (blank_value(*st.target))
       throw Error(ErrorKind::InvalidArgument, "TRACE ... FOR at " + pos.str() + ": the target is empty (FOR \"word\" names the token to trace)");
     const std::string text = st.target->front() == ' ' ? *st.target : " " + *st.target;
     auto ids = s.tokenizer().encode(text, false, false);

@@ -113,6 +113,9 @@ ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions
 // Knowledge edits (exec_edit.cc, exec_compile.cc; docs/lql.md "Knowledge edits").
 /// "The {relation, '-' and '_' as blanks} of {entity} is": the prompt a fact is installed on.
 std::string canonical_prompt(const std::string& relation, const std::string& entity);
+/// Whether a statement's string value (a target, entity, path) holds only blanks: an empty value
+/// is an error wherever one is given, never a token or a file name.
+inline bool blank_value(const std::string& v) { return v.find_first_not_of(" \t\n\r") == std::string::npos; }
 /// The first token of " " + target. Errors: InvalidArgument when it has no tokens.
 int64_t target_token(Session& s, const std::string& target, Pos pos, const char* what);
 /// Edits rewrite the model's weights: Error{Unsupported} "<what> at LINE:COL needs a vindex with

@@ -164,7 +164,7 @@ Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
       throw Error(ErrorKind::InvalidArgument, "SET " + a.field + " needs a string (a token), got a number at " + a.value.pos.str());
     if (target)  // target and its other name top_token: one of them
       throw Error(ErrorKind::InvalidArgument, "SET " + a.field + " at " + a.pos.str() + ": the target is already set");
-    if (a.value.str.find_first_not_of(" \t\n\r") == std::string::npos)  // as INSERT's target
+    if (blank_value(a.value.str))  // as INSERT's target
       throw Error(ErrorKind::InvalidArgument, "SET " + a.field + " at " + a.value.pos.str() + ": the target is empty");
     target = a.value.str;
   }

@@ -370,7 +370,7 @@ void LqlApi::operator()(const Request& req, Responder& r) {
         }
       }
       if (lql) {  // blanks, comments and bare ';' alike: no statement to run
-        if (lql::is_blank(text) || lql::script_statements(text).empty())
+        if (lql::script_statements(text).empty())
           refuse(400, "", "'query' holds no statement (only blanks, comments or ';')", "query");
       }
       if (!lql) {
