@@ -11,6 +11,8 @@
 //   ReadBandwidth                plain streaming read of the same size: the decode roofline.
 //   Int8Peak/<isa>               a register-only chain of int8 dot instructions: the int8 peak.
 //   Attention/<keys>             compute::attend_group, 4 heads of 256 over `keys` K/V rows.
+//   AttentionCold/<keys>         the same with the K/V rows evicted from the caches first
+//                                (decode's case); GB/s of K and V read.
 //
 // `--isa=scalar|avx2|avx512` (or $LARQL_ISA, as for the CLI) lowers the instruction set every
 // kernel family uses; the rest of the arguments go to Google Benchmark.
@@ -240,6 +242,30 @@ void BM_Attention(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(4.0 * nq * m * hd, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Attention)->Arg(256)->Arg(512);
+
+// Decode's case: the K/V rows come from memory, not cache (a decode step streams ~250 MB of
+// weights between two visits of a layer's K/V). Every iteration first evicts them by reading a
+// 64 MiB buffer (not timed); one thread runs attend_group over the keys, all 4 heads sharing
+// each row's loads. GB/s counts the K and V bytes read.
+void BM_AttentionCold(benchmark::State& state) {
+  const int64_t m = state.range(0), hd = 256, nq = 4;
+  const auto q = randn(static_cast<size_t>(nq * hd), 1), k = randn(static_cast<size_t>(m * hd), 2),
+             v = randn(static_cast<size_t>(m * hd), 3);
+  std::vector<float> scores(static_cast<size_t>(nq * m)), out(static_cast<size_t>(nq * hd));
+  std::vector<uint64_t> evict(size_t{64} << 17, 1);  // 64 MiB
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (size_t i = 0; i < evict.size(); i += 8) sink += evict[i];
+    state.ResumeTiming();
+    larql::compute::attend_group(q.data(), nq, k.data(), v.data(), m, hd, hd, 0.0625f, 0.0f, scores.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  benchmark::DoNotOptimize(sink);
+  state.counters["GB/s"] =
+      benchmark::Counter(2.0 * m * hd * sizeof(float) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionCold)->Arg(512)->Arg(1024)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -1,6 +1,6 @@
-// AVX-512 attend_group (compute/attention.h): 4 heads x 4 keys of q.k per pass with one zmm
+// AVX-512 attend_chunk (compute/attention.h): 4 heads x 4 keys of q.k per pass with one zmm
 // accumulator per pair (lanes 0-7 are dot_f32's first 8-lane accumulator, lanes 8-15 its second,
-// reduced in its order), and p.v for 4 heads x 64 dimensions per pass: per head the float
+// reduced in its order), and e.v for 4 heads x 64 dimensions per pass: per head the float
 // operations are exactly those of dot_f32 / axpy (AVX2), so results equal the AVX2 kernel's.
 // GCC 12 flags the self-initialised _mm512_undefined_* inside its own intrinsics headers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -9,11 +9,34 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
+#include "compute/attention.h"
 #include "compute/ops.h"
 
 namespace larql::compute::detail {
 namespace {
+
+// Decode reads a layer's K/V rows from memory (the weights streamed since its last visit evict
+// them), and the access below (several rows side by side, then V in slices of each row) is not a
+// pattern the hardware prefetchers follow well: 6-7 GB/s on one AMD Zen 4 core
+// (bench/kernels_bench.cc AttentionCold, 4 heads over 512-1024 rows). So while the scores of key
+// j are computed, K row j + kAhead is prefetched to L1 and V row j to L2 (the p.v pass reads it
+// after the chunk's scores): 8-12 GB/s there, the same speed when the rows are in cache. The
+// last rows' look-ahead falls in the next chunk (or past the buffer: the address is formed as an
+// integer, and a prefetch never faults).
+constexpr int64_t kAhead = 8;
+template <int kHint>
+inline void prefetch_row(const float* base, int64_t row, int64_t stride, int64_t n) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(row * stride) * sizeof(float);
+  for (int64_t i = 0; i < n; i += 16)
+    _mm_prefetch(reinterpret_cast<const char*>(p + static_cast<uintptr_t>(i) * sizeof(float)),
+                 static_cast<_mm_hint>(kHint));
+}
+inline void prefetch_key(const float* k, const float* v, int64_t stride, int64_t hd, int64_t j) {
+  prefetch_row<_MM_HINT_T0>(k, j + kAhead, stride, hd);
+  prefetch_row<_MM_HINT_T1>(v, j, stride, hd);
+}
 
 // dot_avx2's reduction of its two 8-lane accumulators (here the two halves of one zmm).
 inline float reduce(__m512 acc) {
@@ -47,11 +70,18 @@ inline void scores_tile(const float* q, int64_t hd, const float* k, int64_t stri
 }
 
 template <int NQ>
-void scores_nq(const float* q, int64_t hd, const float* k, int64_t m, int64_t stride, float scale, float cap,
-               float* scores, int64_t ld) {
+void scores_nq(const float* q, int64_t hd, const float* k, const float* v, int64_t m, int64_t stride, float scale,
+               float cap, float* scores, int64_t ld) {
+  for (int64_t j = 0; j < std::min(m, kAhead); ++j) prefetch_row<_MM_HINT_T0>(k, j, stride, hd);
   int64_t j = 0;
-  for (; j + 4 <= m; j += 4) scores_tile<NQ, 4>(q, hd, k, stride, scale, cap, scores, ld, j);
-  for (; j < m; ++j) scores_tile<NQ, 1>(q, hd, k, stride, scale, cap, scores, ld, j);
+  for (; j + 4 <= m; j += 4) {
+    for (int64_t r = j; r < j + 4; ++r) prefetch_key(k, v, stride, hd, r);
+    scores_tile<NQ, 4>(q, hd, k, stride, scale, cap, scores, ld, j);
+  }
+  for (; j < m; ++j) {
+    prefetch_key(k, v, stride, hd, j);
+    scores_tile<NQ, 1>(q, hd, k, stride, scale, cap, scores, ld, j);
+  }
 }
 
 // out_h = sum_j p_hj v_j over a 32-key tile at a time, head_dim walked NC * 16 at a time.
@@ -86,27 +116,33 @@ void pv_nq(const float* p, int64_t ld, int64_t m, const float* v, int64_t stride
 }
 
 template <int NQ>
-void group(const float* q, const float* k, const float* v, int64_t m, int64_t stride, int64_t hd, float scale,
-           float cap, float* scores, float* out) {
-  scores_nq<NQ>(q, hd, k, m, stride, scale, cap, scores, m);
-  for (int h = 0; h < NQ; ++h) softmax(scores + h * m, m);
+void chunk(const float* q, const float* k, const float* v, int64_t m, int64_t stride, int64_t hd, float scale,
+           float cap, float* scores, float* out, float* max, float* sum) {
+  scores_nq<NQ>(q, hd, k, v, m, stride, scale, cap, scores, m);
+  for (int h = 0; h < NQ; ++h) {
+    const ExpSum es = exp_shifted_sum(scores + h * m, m);
+    max[h] = es.max;
+    sum[h] = es.sum;
+  }
   pv_nq<NQ>(scores, m, m, v, stride, hd, out);
 }
 
 }  // namespace
 
-void attend_group_avx512(const float* q, int64_t n_q, const float* k, const float* v, int64_t m, int64_t stride,
-                         int64_t hd, float scale, float cap, float* scores, float* out) {
+void attend_chunk_avx512(const float* q, int64_t n_q, const float* k, const float* v, int64_t m, int64_t stride,
+                         int64_t hd, float scale, float cap, float* scores, AttnPartial part) {
   for (int64_t h = 0; h < n_q; h += 4) {
     const int64_t nh = std::min<int64_t>(4, n_q - h);
     const float* qh = q + h * hd;
     float* sh = scores + h * m;
-    float* oh = out + h * hd;
+    float* oh = part.out + h * hd;
+    float* mh = part.max + h;
+    float* zh = part.sum + h;
     switch (nh) {
-      case 4: group<4>(qh, k, v, m, stride, hd, scale, cap, sh, oh); break;
-      case 3: group<3>(qh, k, v, m, stride, hd, scale, cap, sh, oh); break;
-      case 2: group<2>(qh, k, v, m, stride, hd, scale, cap, sh, oh); break;
-      default: group<1>(qh, k, v, m, stride, hd, scale, cap, sh, oh); break;
+      case 4: chunk<4>(qh, k, v, m, stride, hd, scale, cap, sh, oh, mh, zh); break;
+      case 3: chunk<3>(qh, k, v, m, stride, hd, scale, cap, sh, oh, mh, zh); break;
+      case 2: chunk<2>(qh, k, v, m, stride, hd, scale, cap, sh, oh, mh, zh); break;
+      default: chunk<1>(qh, k, v, m, stride, hd, scale, cap, sh, oh, mh, zh); break;
     }
   }
 }

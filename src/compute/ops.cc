@@ -115,6 +115,13 @@ void softmax(float* x, int64_t n) {
   k.scale(x, static_cast<float>(1.0 / k.sum(x, n)), x, n);
 }
 
+ExpSum exp_shifted_sum(float* x, int64_t n) {
+  const SimdKernels& k = simd_kernels();
+  const float mx = k.max(x, n);
+  k.exp_shifted(x, mx, x, n);
+  return {mx, static_cast<float>(k.sum(x, n))};
+}
+
 float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));

@@ -42,6 +42,15 @@ void rope_adjacent(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, dou
 /// polynomial, ~1 ulp; sum in double, in a fixed order for a given n).
 void softmax(float* x, int64_t n);
 
+/// The unnormalised half of softmax, in place over n >= 1 values: x[i] = exp(x[i] - mx) with
+/// mx = max x (the same SIMD exp as softmax); returns mx and float(sum of the new x[i]), summed
+/// in double in softmax's order. compute::attend_chunk's per-chunk step.
+struct ExpSum {
+  float max;
+  float sum;
+};
+ExpSum exp_shifted_sum(float* x, int64_t n);
+
 /// GELU, tanh approximation (Hendrycks & Gimpel 2016):
 /// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 float gelu_tanh(float x);
@@ -98,6 +107,7 @@ class Activations {
 /// split across threads never changes one either.
 /// Errors: Error{Unsupported} if W.type has no kernel.
 void matmul(ThreadPool& pool, const TensorView& w, const float* x, int64_t n_tokens, float* y);
+
 /// As above, for activations shared between several weights (quantised once).
 void matmul(ThreadPool& pool, const TensorView& w, Activations& x, float* y);
 

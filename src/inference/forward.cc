@@ -137,63 +137,155 @@ void Forward::kv_from_residual(int64_t li, const float* x, int64_t n, int64_t po
 
 namespace {
 
-// Attention of one query row (q_row [q_dim] at `pos`) for heads [head, head + per_task) of one
-// K/V group over kv with `mask` (AttendMask); out_row [q_dim]. The arithmetic per head is the
-// same whatever per_task is (compute::attend_group), so callers may split heads as they like.
-void attend_heads(const ModelConfig& c, const LayerConfig& lc, const float* q_row, int64_t pos, const KvSpan& kv,
-                  const AttendMask& mask, int64_t head, int64_t per_task, float* out_row) {
-  thread_local std::vector<float> scores;
-  thread_local std::vector<const float*> krow, vrow;
-  const int64_t hd = c.head_dim, kv_dim = c.kv_dim(), group = c.n_heads / c.n_kv_heads, g = head / group;
-  const float scale = c.attn_scale, cap = c.attn_logit_softcap;
+// The keys a query at `pos` sees under `mask`, in order: ns sink rows from position s_lo, then the
+// positions lo .. pos (each from kv, or from mask.alt where the mask says so). `gather`: the keys
+// are not one contiguous run of kv rows, so a chunk's rows are copied together first (the same
+// arithmetic either way: compute::attend_chunk does not depend on the row stride).
+struct Visible {
+  int64_t ns = 0, s_lo = 0, lo = 0, m = 0;
+  bool gather = false;
+};
+
+Visible visible_keys(const LayerConfig& lc, int64_t pos, const KvSpan& kv, const AttendMask& mask) {
+  Visible r;
   const bool has_sink = mask.sink.rows > 0;
   const int64_t sink_end = has_sink ? mask.sink.first_pos + mask.sink.rows : kv.first_pos;
   const int64_t alt_end = mask.alt.first_pos + mask.alt.rows;
-  // The visible keys, ascending: sink rows, then kv rows from `lo` (AttendMask).
   const int64_t model_lo = lc.sliding ? pos - lc.window + 1 : kv.first_pos;
-  int64_t lo = std::max({kv.first_pos, model_lo, sink_end});
-  if (mask.window > 0) lo = std::max(lo, pos - mask.window + 1);
-  const int64_t s_lo = lc.sliding ? std::max(mask.sink.first_pos, model_lo) : mask.sink.first_pos;
+  r.lo = std::max({kv.first_pos, model_lo, sink_end});
+  if (mask.window > 0) r.lo = std::max(r.lo, pos - mask.window + 1);
+  r.s_lo = lc.sliding ? std::max(mask.sink.first_pos, model_lo) : mask.sink.first_pos;
   const int64_t s_hi = std::min(sink_end, pos + 1);
-  const int64_t ns = has_sink ? std::max<int64_t>(0, s_hi - s_lo) : 0;
-  const int64_t m = ns + (pos - lo + 1);  // >= 1: the query's own row is in kv or the sink
+  r.ns = has_sink ? std::max<int64_t>(0, s_hi - r.s_lo) : 0;
+  r.m = r.ns + (pos - r.lo + 1);  // >= 1: the query's own row is in kv or the sink
   const bool alt_used =
-      mask.alt.rows > 0 && std::max(lo, mask.alt.first_pos) <= std::min(pos - mask.alt_recent, alt_end - 1);
-  if (static_cast<int64_t>(scores.size()) < per_task * m) scores.resize(static_cast<size_t>(per_task * m));
-  if (ns == 0 && !alt_used) {  // one contiguous run of kv rows: the shared-load kernel
-    const int64_t off = (lo - kv.first_pos) * kv_dim + g * hd;
-    compute::attend_group(q_row + head * hd, per_task, kv.k + off, kv.v + off, m, kv_dim, hd, scale, cap,
-                          scores.data(), out_row + head * hd);
+      mask.alt.rows > 0 && std::max(r.lo, mask.alt.first_pos) <= std::min(pos - mask.alt_recent, alt_end - 1);
+  r.gather = r.ns > 0 || alt_used;
+  return r;
+}
+
+// Chunk `ch` (keys ch * kAttnChunk ..) of the query row q_row at `pos`, for the n_q heads from
+// `head` (all in K/V group g): compute::attend_chunk into `part`.
+void attend_one_chunk(const ModelConfig& c, const float* q_row, int64_t pos, const KvSpan& kv, const AttendMask& mask,
+                      const Visible& vis, int64_t head, int64_t n_q, int64_t ch, compute::AttnPartial part) {
+  thread_local std::vector<float> scores, kbuf, vbuf;
+  const int64_t hd = c.head_dim, kv_dim = c.kv_dim(), g = head / (c.n_heads / c.n_kv_heads);
+  const int64_t j0 = ch * compute::kAttnChunk, mc = std::min(compute::kAttnChunk, vis.m - j0);
+  if (static_cast<int64_t>(scores.size()) < n_q * mc) scores.resize(static_cast<size_t>(n_q * mc));
+  const float* qh = q_row + head * hd;
+  if (!vis.gather) {
+    const int64_t off = (vis.lo + j0 - kv.first_pos) * kv_dim + g * hd;
+    compute::attend_chunk(qh, n_q, kv.k + off, kv.v + off, mc, kv_dim, hd, c.attn_scale, c.attn_logit_softcap,
+                          scores.data(), part);
     return;
   }
-  // Rows from several places (sink, alt): gathered, then the same arithmetic per head as
-  // compute::attend_group (dot_f32, softmax, axpy in key order), so the bits do not depend
-  // on which path a query took.
-  if (static_cast<int64_t>(krow.size()) < m) {
-    krow.resize(static_cast<size_t>(m));
-    vrow.resize(static_cast<size_t>(m));
+  // Rows from several places (sink, alt): copied together, then the same arithmetic.
+  if (static_cast<int64_t>(kbuf.size()) < mc * hd) {
+    kbuf.resize(static_cast<size_t>(mc * hd));
+    vbuf.resize(static_cast<size_t>(mc * hd));
   }
-  for (int64_t j = 0; j < ns; ++j) {
-    krow[static_cast<size_t>(j)] = mask.sink.k + (s_lo + j - mask.sink.first_pos) * kv_dim + g * hd;
-    vrow[static_cast<size_t>(j)] = mask.sink.v + (s_lo + j - mask.sink.first_pos) * kv_dim + g * hd;
-  }
-  for (int64_t j = lo; j <= pos; ++j) {
-    const bool from_alt = mask.alt.rows > 0 && j >= mask.alt.first_pos && j < alt_end && j <= pos - mask.alt_recent;
-    const KvSpan& src = from_alt ? mask.alt : kv;
-    krow[static_cast<size_t>(ns + j - lo)] = src.k + (j - src.first_pos) * kv_dim + g * hd;
-    vrow[static_cast<size_t>(ns + j - lo)] = src.v + (j - src.first_pos) * kv_dim + g * hd;
-  }
-  for (int64_t h = head; h < head + per_task; ++h) {
-    const float* qh = q_row + h * hd;
-    for (int64_t j = 0; j < m; ++j) {
-      float s = compute::dot_f32(qh, krow[static_cast<size_t>(j)], hd) * scale;
-      if (cap > 0) s = cap * std::tanh(s / cap);
-      scores[static_cast<size_t>(j)] = s;
+  const int64_t alt_end = mask.alt.first_pos + mask.alt.rows;
+  for (int64_t i = 0; i < mc; ++i) {
+    const int64_t j = j0 + i;
+    const float *kr, *vr;
+    if (j < vis.ns) {
+      const int64_t row = vis.s_lo + j - mask.sink.first_pos;
+      kr = mask.sink.k + row * kv_dim + g * hd;
+      vr = mask.sink.v + row * kv_dim + g * hd;
+    } else {
+      const int64_t p = vis.lo + j - vis.ns;
+      const bool from_alt = mask.alt.rows > 0 && p >= mask.alt.first_pos && p < alt_end && p <= pos - mask.alt_recent;
+      const KvSpan& src = from_alt ? mask.alt : kv;
+      kr = src.k + (p - src.first_pos) * kv_dim + g * hd;
+      vr = src.v + (p - src.first_pos) * kv_dim + g * hd;
     }
-    compute::softmax(scores.data(), m);
-    float* o = out_row + h * hd;
-    std::fill(o, o + hd, 0.0f);
-    for (int64_t j = 0; j < m; ++j) compute::axpy(scores[static_cast<size_t>(j)], vrow[static_cast<size_t>(j)], o, hd);
+    std::copy(kr, kr + hd, kbuf.data() + i * hd);
+    std::copy(vr, vr + hd, vbuf.data() + i * hd);
+  }
+  compute::attend_chunk(qh, n_q, kbuf.data(), vbuf.data(), mc, hd, hd, c.attn_scale, c.attn_logit_softcap,
+                        scores.data(), part);
+}
+
+// Partials of n_q heads over nc chunks: [nc][n_q][hd] outputs, then [nc][n_q] maxima and sums.
+size_t partial_floats(int64_t nc, int64_t n_q, int64_t hd) { return static_cast<size_t>(nc * n_q * (hd + 2)); }
+compute::AttnPartial partial_at(float* base, int64_t nc, int64_t n_q, int64_t hd, int64_t ch) {
+  float* mx = base + nc * n_q * hd;
+  return {base + ch * n_q * hd, mx + ch * n_q, mx + nc * n_q + ch * n_q};
+}
+void combine_partials(const float* base, int64_t nc, int64_t n_q, int64_t hd, float* out) {
+  const float* mx = base + nc * n_q * hd;
+  compute::attend_combine(n_q, hd, nc, base, mx, mx + nc * n_q, out);
+}
+
+// Attention of n query rows; row t is at pos_of(t) over kv_of(t) with mask_of_row(t). Either one
+// task per (row, K/V group) that runs every chunk and combines them (enough rows to keep the
+// threads busy: a prompt), or one task per (row, group, chunk) with the partials combined after
+// the pool's join (decode: a single row's chunks spread over the threads, each K/V row loaded
+// once for the group's heads). Both give the same bits (compute/attention.h).
+template <typename PosOf, typename KvOf, typename MaskOf>
+void attend_all(ThreadPool& pool, const ModelConfig& c, const LayerConfig& lc, const float* q, int64_t n, PosOf pos_of,
+                KvOf kv_of, MaskOf mask_of_row, float* out, std::vector<float>& parts, std::vector<int64_t>& offs,
+                bool spread_rows) {
+  const int64_t hd = c.head_dim, kvh = c.n_kv_heads, group = c.n_heads / kvh;
+  if (n * kvh >= pool.size()) {
+    // Rows are dealt first, last, second, ... so causal rows of very different lengths spread
+    // evenly over the threads' contiguous chunks.
+    auto run = [&](int64_t b, int64_t e) {
+      thread_local std::vector<float> local;
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t i = task / kvh, t = !spread_rows ? i : i % 2 == 0 ? i / 2 : n - 1 - i / 2;
+        const int64_t head = (task % kvh) * group, pos = pos_of(t);
+        const KvSpan& kv = kv_of(t);
+        const AttendMask& mask = mask_of_row(t);
+        const Visible vis = visible_keys(lc, pos, kv, mask);
+        const int64_t nc = compute::attn_chunks(vis.m);
+        if (local.size() < partial_floats(nc, group, hd)) local.resize(partial_floats(nc, group, hd));
+        for (int64_t ch = 0; ch < nc; ++ch)
+          attend_one_chunk(c, q + t * c.q_dim(), pos, kv, mask, vis, head, group, ch,
+                           partial_at(local.data(), nc, group, hd, ch));
+        combine_partials(local.data(), nc, group, hd, out + t * c.q_dim() + head * hd);
+      }
+    };
+    pool.parallel_for(n * kvh, [&run](int64_t b, int64_t e) { run(b, e); });
+    return;
+  }
+  // Few rows: a task per chunk. offs[t * kvh + g]: the first task of (row t, group g); the
+  // partials of that pair start at parts + offset, in attn_chunks(m) chunks.
+  offs.resize(static_cast<size_t>(n * kvh + 1));
+  // The calling thread's, reused (no allocation per step); the workers read it through `vis` (a
+  // name of a thread_local inside their lambda would be their own, empty, copy).
+  thread_local std::vector<Visible> vis_of_caller;
+  std::vector<Visible>& vis = vis_of_caller;
+  vis.resize(static_cast<size_t>(n));
+  int64_t tasks = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    vis[static_cast<size_t>(t)] = visible_keys(lc, pos_of(t), kv_of(t), mask_of_row(t));
+    for (int64_t g = 0; g < kvh; ++g) {
+      offs[static_cast<size_t>(t * kvh + g)] = tasks;
+      tasks += compute::attn_chunks(vis[static_cast<size_t>(t)].m);
+    }
+  }
+  offs[static_cast<size_t>(n * kvh)] = tasks;
+  // Each task's partial is group * (hd + 2) floats, laid out per pair as partial_at expects.
+  const size_t per_task = partial_floats(1, group, hd);
+  if (parts.size() < static_cast<size_t>(tasks) * per_task) parts.resize(static_cast<size_t>(tasks) * per_task);
+  auto pair_of = [&](int64_t task) {
+    return static_cast<int64_t>(std::upper_bound(offs.begin(), offs.end() - 1, task) - offs.begin()) - 1;
+  };
+  auto run = [&](int64_t b, int64_t e) {
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t pr = pair_of(task), t = pr / kvh, g = pr % kvh;
+      const int64_t first = offs[static_cast<size_t>(pr)], nc = offs[static_cast<size_t>(pr + 1)] - first;
+      attend_one_chunk(c, q + t * c.q_dim(), pos_of(t), kv_of(t), mask_of_row(t), vis[static_cast<size_t>(t)],
+                       g * group, group, task - first,
+                       partial_at(parts.data() + static_cast<size_t>(first) * per_task, nc, group, hd, task - first));
+    }
+  };
+  pool.parallel_for(tasks, [&run](int64_t b, int64_t e) { run(b, e); });
+  for (int64_t pr = 0; pr < n * kvh; ++pr) {
+    const int64_t first = offs[static_cast<size_t>(pr)], nc = offs[static_cast<size_t>(pr + 1)] - first;
+    combine_partials(parts.data() + static_cast<size_t>(first) * per_task, nc, group, hd,
+                     out + (pr / kvh) * c.q_dim() + (pr % kvh) * group * hd);
   }
 }
 
@@ -204,28 +296,15 @@ void Forward::attend(int64_t li, const float* q, int64_t n, int64_t pos0, const 
   const profile::Scope prof(profile::Stage::Attention);
   const ModelConfig& c = config();
   const LayerConfig& lc = c.layers[static_cast<size_t>(li)];
-  const int64_t group = c.n_heads / c.n_kv_heads;
   const int64_t kv_end = kv.first_pos + kv.rows;
   // Validate here: nothing may throw inside the pool's workers.
   if (n > 0 && (pos0 + n > kv_end || kv.rows == 0 || pos0 < kv.first_pos))
     throw Error(ErrorKind::InvariantViolation, "attend: layer " + std::to_string(li) + " K/V ends at position " +
                                                    std::to_string(kv_end) + " but a query is at " +
                                                    std::to_string(pos0 + n - 1));
-  // A task is one query row's heads of one K/V group (they share the K/V loads), or a single
-  // head when there are too few rows to keep every thread busy; the arithmetic per head is the
-  // same either way (compute::attend_group). Rows are dealt first, last, second, ... so causal
-  // rows of very different lengths spread evenly over the threads' contiguous chunks.
-  const int64_t per_task = n >= pool_->size() ? group : 1;
-  const int64_t tasks_per_row = c.n_heads / per_task;
-  auto run = [&](int64_t b, int64_t e) {
-    for (int64_t task = b; task < e; ++task) {
-      const int64_t i = task / tasks_per_row, t = i % 2 == 0 ? i / 2 : n - 1 - i / 2;
-      const int64_t head = (task % tasks_per_row) * per_task;
-      attend_heads(c, lc, q + t * c.q_dim(), pos0 + t, kv, mask, head, per_task, out + t * c.q_dim());
-    }
-  };
-  // One captured reference fits std::function's inline buffer: no allocation per call.
-  pool_->parallel_for(n * tasks_per_row, [&run](int64_t b, int64_t e) { run(b, e); });
+  attend_all(
+      *pool_, c, lc, q, n, [pos0](int64_t t) { return pos0 + t; }, [&kv](int64_t) -> const KvSpan& { return kv; },
+      [&mask](int64_t) -> const AttendMask& { return mask; }, out, ws_.attn_parts, ws_.attn_offs, true);
 }
 
 void Forward::attend_rows(int64_t li, const float* q, int64_t n, const int64_t* pos, const KvSpan* kv,
@@ -240,16 +319,9 @@ void Forward::attend_rows(int64_t li, const float* q, int64_t n, const int64_t* 
                                                      std::to_string(t) + " does not hold its position " +
                                                      std::to_string(pos[t]));
   }
-  const int64_t group = c.n_heads / c.n_kv_heads;
-  const int64_t per_task = n >= pool_->size() ? group : 1;
-  const int64_t tasks_per_row = c.n_heads / per_task;
-  auto run = [&](int64_t b, int64_t e) {
-    for (int64_t task = b; task < e; ++task) {
-      const int64_t t = task / tasks_per_row, head = (task % tasks_per_row) * per_task;
-      attend_heads(c, lc, q + t * c.q_dim(), pos[t], kv[t], mask[t], head, per_task, out + t * c.q_dim());
-    }
-  };
-  pool_->parallel_for(n * tasks_per_row, [&run](int64_t b, int64_t e) { run(b, e); });
+  attend_all(
+      *pool_, c, lc, q, n, [pos](int64_t t) { return pos[t]; }, [kv](int64_t t) -> const KvSpan& { return kv[t]; },
+      [mask](int64_t t) -> const AttendMask& { return mask[t]; }, out, ws_.attn_parts, ws_.attn_offs, false);
 }
 
 void Forward::attn_block(int64_t li, const float* attn, int64_t n, float* x) {

@@ -106,6 +106,8 @@ struct Workspace {
   std::vector<KvSpan> spans;    ///< [n] decode_batch: each live row's K/V
   std::vector<AttendMask> masks;  ///< [n] decode_batch: each live row's mask
   compute::Activations acts;    ///< the current matmul input, quantised once for all its weights
+  std::vector<float> attn_parts;     ///< decode attention's per-chunk partials (compute::attend_chunk)
+  std::vector<int64_t> attn_offs;    ///< [n * n_kv_heads + 1] each (row, K/V group)'s first chunk task
 
   /// buf resized to at least n floats; its data.
   static float* grow(std::vector<float>& buf, size_t n) {

@@ -1,8 +1,10 @@
 // compute::attend_group: against softmax(q k^T * scale) v in double, and bit-identical to the
-// one-head-at-a-time composition of dot_f32 / softmax / axpy whatever the number of heads per
-// call (a batched prompt and one-token decode group heads differently).
+// composition compute/attention.h promises — per chunk of kAttnChunk keys dot_f32 / exp / axpy,
+// then the chunks combined in order — whatever the number of heads per call and whichever thread
+// computes which chunk (a prompt runs a query's chunks in one task, a decode step spreads them).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -27,20 +29,52 @@ struct Case {
   float cap;
 };
 
-// The composition attend_group promises: per head, dot_f32 * scale (+ cap), softmax, axpy chain.
+// The composition attend_group promises, written out with the public pieces one head at a time:
+// per chunk, dot_f32 * scale (+ cap), max, exp(s - max) and its double sum (exp_shifted_sum), an
+// axpy chain; then M = max of the chunk maxima, w_c = exp(max_c - M), L = fma chain of w_c sum_c,
+// O = axpy chain of w_c out_c, O * (1 / L).
 void by_parts(const float* q, int64_t n_q, const float* k, const float* v, const Case& c, float scale, float* out) {
-  std::vector<float> s(static_cast<size_t>(c.m));
+  const int64_t nc = (c.m + compute::kAttnChunk - 1) / compute::kAttnChunk;
   for (int64_t h = 0; h < n_q; ++h) {
-    for (int64_t j = 0; j < c.m; ++j) {
-      float x = compute::dot_f32(q + h * c.hd, k + j * c.stride, c.hd) * scale;
-      if (c.cap > 0) x = c.cap * std::tanh(x / c.cap);
-      s[j] = x;
+    std::vector<float> mx(nc), z(nc), o(static_cast<size_t>(nc * c.hd), 0.0f);
+    for (int64_t ch = 0; ch < nc; ++ch) {
+      const int64_t j0 = ch * compute::kAttnChunk, mc = std::min(compute::kAttnChunk, c.m - j0);
+      std::vector<float> s(static_cast<size_t>(mc));
+      for (int64_t j = 0; j < mc; ++j) {
+        float x = compute::dot_f32(q + h * c.hd, k + (j0 + j) * c.stride, c.hd) * scale;
+        if (c.cap > 0) x = c.cap * std::tanh(x / c.cap);
+        s[j] = x;
+      }
+      const compute::ExpSum es = compute::exp_shifted_sum(s.data(), mc);
+      mx[ch] = es.max;
+      z[ch] = es.sum;
+      for (int64_t j = 0; j < mc; ++j) compute::axpy(s[j], v + (j0 + j) * c.stride, o.data() + ch * c.hd, c.hd);
     }
-    compute::softmax(s.data(), c.m);
-    float* o = out + h * c.hd;
-    std::fill(o, o + c.hd, 0.0f);
-    for (int64_t j = 0; j < c.m; ++j) compute::axpy(s[j], v + j * c.stride, o, c.hd);
+    const float M = *std::max_element(mx.begin(), mx.end());
+    float L = 0.0f;
+    float* res = out + h * c.hd;
+    std::fill(res, res + c.hd, 0.0f);
+    for (int64_t ch = 0; ch < nc; ++ch) {
+      const float w = std::exp(mx[ch] - M);
+      L = std::fma(w, z[ch], L);
+      compute::axpy(w, o.data() + ch * c.hd, res, c.hd);
+    }
+    for (int64_t i = 0; i < c.hd; ++i) res[i] *= 1.0f / L;
   }
+}
+
+// The chunks computed one per call in reverse order, as decode's threads may, then combined.
+void chunk_by_chunk(const float* q, int64_t n_q, const float* k, const float* v, const Case& c, float scale,
+                    float* out) {
+  const int64_t nc = compute::attn_chunks(c.m);
+  std::vector<float> po(static_cast<size_t>(nc * n_q * c.hd)), pm(static_cast<size_t>(nc * n_q)), ps(pm.size());
+  std::vector<float> scores(static_cast<size_t>(n_q * compute::kAttnChunk));
+  for (int64_t ch = nc - 1; ch >= 0; --ch) {
+    const int64_t j0 = ch * compute::kAttnChunk, mc = std::min(compute::kAttnChunk, c.m - j0);
+    compute::attend_chunk(q, n_q, k + j0 * c.stride, v + j0 * c.stride, mc, c.stride, c.hd, scale, c.cap,
+                          scores.data(), {po.data() + ch * n_q * c.hd, pm.data() + ch * n_q, ps.data() + ch * n_q});
+  }
+  compute::attend_combine(n_q, c.hd, nc, po.data(), pm.data(), ps.data(), out);
 }
 
 TEST(Attention, GroupMatchesPartsBitForBitAndDoubleReference) {
@@ -53,7 +87,7 @@ TEST(Attention, GroupMatchesPartsBitForBitAndDoubleReference) {
     const auto q = randn(static_cast<size_t>(c.n_q * c.hd), 1, 2.0f);
     const auto k = randn(static_cast<size_t>(c.m * c.stride), 2, 2.0f);
     const auto v = randn(static_cast<size_t>(c.m * c.stride), 3);
-    std::vector<float> got(static_cast<size_t>(c.n_q * c.hd)), want(got.size()), one(got.size());
+    std::vector<float> got(static_cast<size_t>(c.n_q * c.hd)), want(got.size()), one(got.size()), split(got.size());
     std::vector<float> scores(static_cast<size_t>(c.n_q * c.m));
     compute::attend_group(q.data(), c.n_q, k.data(), v.data(), c.m, c.stride, c.hd, scale, c.cap, scores.data(),
                           got.data());
@@ -65,6 +99,9 @@ TEST(Attention, GroupMatchesPartsBitForBitAndDoubleReference) {
     ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
         << "n_q=" << c.n_q << " m=" << c.m << " hd=" << c.hd;
     ASSERT_EQ(std::memcmp(got.data(), one.data(), got.size() * sizeof(float)), 0)
+        << "n_q=" << c.n_q << " m=" << c.m << " hd=" << c.hd;
+    chunk_by_chunk(q.data(), c.n_q, k.data(), v.data(), c, scale, split.data());
+    ASSERT_EQ(std::memcmp(got.data(), split.data(), got.size() * sizeof(float)), 0)
         << "n_q=" << c.n_q << " m=" << c.m << " hd=" << c.hd;
     // Independent check in double.
     for (int64_t h = 0; h < c.n_q; ++h) {
