@@ -196,13 +196,17 @@ namespace {
 constexpr int64_t kGemmMinTokens = 4;
 // Row kernel path: a tile of weight rows stays in L1 while every token's activation streams past.
 constexpr int64_t kRowTile = 16;
+// Decode's gemv path: units of 4 rows (the kernel's row group), so that small matrices split
+// evenly over many threads (attn_output's 640 rows are 40 tiles of 16: 3 for some of 16 threads,
+// 2 for others; 160 units of 4 give each thread 10).
+constexpr int64_t kGemvUnit = 4;
 
-// One weight's part of a pass over the pool: `units` work items, GEMM panels of kGemmRows rows
-// or row tiles of kRowTile rows.
+// One weight's part of a pass over the pool: `units` work items of `unit` rows: GEMM panels of
+// kGemmRows rows, gemv groups of kGemvUnit rows or row tiles of kRowTile rows.
 struct Job {
   const TensorView* w = nullptr;
   float* y = nullptr;
-  int64_t n_tokens = 0, units = 0;
+  int64_t n_tokens = 0, units = 0, unit = kRowTile;
   const quant::GemmActs* gemm = nullptr;  // tiled path when set
   const quant::GemmActs* gemv = nullptr;  // decode path with prepared activations when set
   const uint8_t* act = nullptr;           // row path: activation rows
@@ -217,7 +221,7 @@ struct Job {
       return;
     }
     if (gemv != nullptr) {
-      quant::gemv(w->type, cols, w->data, w->row_bytes, u0 * kRowTile, std::min(rows, u1 * kRowTile), *gemv, y, rows);
+      quant::gemv(w->type, cols, w->data, w->row_bytes, u0 * unit, std::min(rows, u1 * unit), *gemv, y, rows);
       return;
     }
     for (int64_t rb = u0 * kRowTile; rb < std::min(rows, u1 * kRowTile); rb += kRowTile) {
@@ -255,8 +259,8 @@ Job plan(ThreadPool& pool, const TensorView& w, Activations& x, float* y) {
     j.act = a.rows;
     j.act_row_bytes = a.row_bytes;
   }
-  const int64_t unit = j.gemm != nullptr ? quant::kGemmRows : kRowTile;
-  j.units = (w.rows + unit - 1) / unit;
+  j.unit = j.gemm != nullptr ? quant::kGemmRows : j.gemv != nullptr ? kGemvUnit : kRowTile;
+  j.units = (w.rows + j.unit - 1) / j.unit;
   return j;
 }
 
