@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "compute/simd.h"
 #include "util/error.h"
 
 namespace larql::compute {
@@ -47,7 +48,10 @@ void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
   for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = static_cast<double>(x[i]) - lse;
 }
 
-int64_t argmax(const float* x, int64_t n) { return argmax_impl(x, n); }
+int64_t argmax(const float* x, int64_t n) {
+  need_values("argmax", n);
+  return simd_kernels().argmax(x, n);
+}
 int64_t argmax(const double* x, int64_t n) { return argmax_impl(x, n); }
 
 double kl_nats(const double* logp, const double* logq, int64_t n) { return kl_impl(logp, logq, n); }

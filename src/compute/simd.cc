@@ -55,10 +55,16 @@ float max_scalar(const float* x, int64_t n) {
 void scale_scalar(const float* x, float s, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
 }
+int64_t argmax_scalar(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
 
 const SimdKernels kScalar{axpy_scalar,        dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar,
                           sum_squares_scalar, scale_mul_scalar, sum_scalar,   max_scalar,
-                          scale_scalar};
+                          scale_scalar,       argmax_scalar};
 
 }  // namespace
 

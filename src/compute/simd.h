@@ -26,6 +26,9 @@ struct SimdKernels {
   float (*max)(const float* x, int64_t n);
   /// y[i] = x[i] * s.
   void (*scale)(const float* x, float s, float* y, int64_t n);
+  /// The index the scalar loop `best = 0; if (x[i] > x[best]) best = i` gives, n >= 1: the first
+  /// index of the largest value, NaNs never chosen (unless x[0] is NaN: then 0).
+  int64_t (*argmax)(const float* x, int64_t n);
 };
 
 /// The table for quant::active_isa() (read at each call): AVX2 at AVX2 or above, else scalar.

@@ -156,9 +156,42 @@ void scale_avx2(const float* x, float s, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = x[i] * s;
 }
 
+// Two passes: the largest value (NaNs skipped: max_ps returns its second operand, the running
+// maximum, when the new value is NaN), then the first index holding it (a NaN never compares
+// equal). The same index as the scalar loop, ±0 included (both passes treat them as equal and
+// the scalar loop keeps the first). Decode's greedy step over a 262,144-entry vocabulary.
+int64_t argmax_avx2(const float* x, int64_t n) {
+  if (n < 16 || x[0] != x[0]) {  // short, or x[0] is NaN (the scalar loop then never moves)
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+      if (x[i] > x[best]) best = i;
+    return best;
+  }
+  __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+  }
+  __m256 v = _mm256_max_ps(m0, m1);
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  float m = _mm_cvtss_f32(h);
+  for (int64_t j = i; j < n; ++j) m = x[j] > m ? x[j] : m;
+  const __m256 vm = _mm256_set1_ps(m);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+    if (mask != 0) return i + __builtin_ctz(static_cast<unsigned>(mask));
+  }
+  for (; i < n; ++i)
+    if (x[i] == m) return i;
+  return 0;  // not reached: m is one of the values
+}
+
 const SimdKernels kAvx2{axpy_avx2,        dot_avx2,       exp_shifted_avx2, gelu_tanh_mul_avx2,
                         sum_squares_avx2, scale_mul_avx2, sum_avx2,         max_avx2,
-                        scale_avx2};
+                        scale_avx2,       argmax_avx2};
 
 }  // namespace
 

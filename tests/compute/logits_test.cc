@@ -89,6 +89,49 @@ TEST(Argmax, LargestAndFirstOnTies) {
   EXPECT_THROW(argmax(x, 0), Error);
 }
 
+// The vectorised argmax against the scalar definition (the first index of the largest value,
+// NaN never chosen after index 0), on vectors long enough for its two passes and with the cases
+// that differ between a max and a comparison: ties across vector lanes and the tail, +0 / -0,
+// -inf everywhere, NaNs before and inside the maximum's block, NaN at index 0.
+TEST(Argmax, VectorisedEqualsTheScalarLoop) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto scalar = [](const std::vector<float>& x) {
+    int64_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i)
+      if (x[i] > x[static_cast<size_t>(best)]) best = static_cast<int64_t>(i);
+    return best;
+  };
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  int checked = 0;
+  for (int64_t n : {1, 7, 15, 16, 17, 31, 33, 100, 1000, 262144}) {
+    for (int kind = 0; kind < 10; ++kind) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = std::round(u(rng));  // few distinct values: many ties
+      std::uniform_int_distribution<int64_t> at(0, n - 1);
+      if (kind == 1) std::fill(x.begin(), x.end(), -inf);
+      if (kind == 2) {
+        std::fill(x.begin(), x.end(), 0.0f);
+        for (int k = 0; k < 5; ++k) x[static_cast<size_t>(at(rng))] = -0.0f;
+      }
+      if (kind == 3)
+        for (int k = 0; k < 9; ++k) x[static_cast<size_t>(at(rng))] = nan;
+      if (kind == 4) x[0] = nan;
+      if (kind == 5) x[static_cast<size_t>(n - 1)] = 9.0f;  // the maximum in the scalar tail
+      if (kind == 6 && n > 2) {
+        x[static_cast<size_t>(n / 2)] = 9.0f;
+        x[static_cast<size_t>(n / 2 - 1)] = nan;
+      }
+      if (kind == 7) x[static_cast<size_t>(at(rng))] = inf;
+      if (kind == 8) x[static_cast<size_t>(n - 1)] = nan;  // the last element
+      if (kind == 9 && n >= 16) x[static_cast<size_t>(n / 16 * 16 - 1)] = nan;  // the last vector's last lane
+      ASSERT_EQ(argmax(x.data(), n), scalar(x)) << "n=" << n << " kind=" << kind;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 100);
+}
+
 std::vector<double> logs(std::vector<double> p) {
   for (double& v : p) v = std::log(v);
   return p;
