@@ -92,14 +92,38 @@ def test_models_and_health(server):
         assert json.load(r) == {"status": "ok"}
 
 
-def test_greedy_completion_equals_llama_cpp(server, llm):
+NEAR_TIE = 0.25       # logits: a flip this close is ulp-level chaos, not a bug (test_generation.py)
+MIN_SAME_PREFIX = 8   # tokens that must match before any flip
+
+
+def test_greedy_completion_follows_llama_cpp(server, llm):
+    """16 greedy tokens through the server equal llama.cpp's, or equal them up to a step where
+    llama.cpp's own logits rank the server's token within NEAR_TIE of its choice (a near-tie: on
+    "The capital of France is" step 12, llama.cpp's decode gives ' largest' over ' capital' by
+    0.035 while its batched evaluation of the same prefix ranks them the other way by 0.20)."""
     ids = peer.llama_tokenize(llm, PROMPT)
     want = peer.llama_greedy(llm, ids, 16)
     want = [t for t in want if t not in peer.STOP_IDS]
-    want_text = llm.detokenize(want).decode("utf-8", errors="replace")
-    r = server.client().completions.create(model="x", prompt=PROMPT, max_tokens=16, temperature=0)
-    assert r.choices[0].text == want_text
+    r = server.client().completions.create(model="x", prompt=PROMPT, max_tokens=16, temperature=0, logprobs=1)
     assert r.usage.prompt_tokens == len(ids)
+    got = r.choices[0].logprobs.tokens  # the server's tokens, one text piece each
+    assert "".join(got) == r.choices[0].text
+    detok = lambda t: llm.detokenize(t).decode("utf-8", errors="replace")
+    k = 0
+    while k < min(len(got), len(want)) and "".join(got[:k + 1]) == detok(want[:k + 1]):
+        k += 1
+    if k == len(want) and len(got) == len(want):
+        return  # identical
+    assert k >= MIN_SAME_PREFIX, (k, got, detok(want))
+    alt = llm.tokenize(got[k].encode("utf-8"), add_bos=False, special=False)
+    assert len(alt) == 1, (k, got[k], alt)
+    llm.reset()  # llama.cpp's decode path, token by token as llama_greedy chose
+    llm.eval(list(ids))
+    for t in want[:k]:
+        llm.eval([t])
+    logits = peer._last_logits(llm)
+    margin = float(logits[want[k]] - logits[alt[0]])
+    assert 0.0 <= margin < NEAR_TIE, (k, got[k], detok([want[k]]), margin)
     assert r.usage.completion_tokens == len(want)
     assert r.choices[0].finish_reason in ("length", "stop")
 
