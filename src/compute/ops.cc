@@ -140,6 +140,12 @@ void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* 
 
 void axpy(float a, const float* x, float* y, int64_t n) { simd_kernels().axpy(a, x, y, n); }
 float dot_f32(const float* x, const float* y, int64_t n) { return simd_kernels().dot(x, y, n); }
+void dot_f32_rows(const float* x, int64_t rows, const float* y, int64_t n, float* out) {
+  simd_kernels().dot_rows(x, rows, y, n, out);
+}
+void axpy_rows(const float* a, const float* x, float* y, int64_t rows, int64_t n) {
+  simd_kernels().axpy_rows(a, x, y, rows, n);
+}
 
 void Activations::reset(const float* x, int64_t n, int64_t cols) {
   x_ = x;

@@ -66,6 +66,11 @@ void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* 
 void axpy(float a, const float* x, float* y, int64_t n);
 /// sum x[i] * y[i] (f32 accumulate, SIMD)
 float dot_f32(const float* x, const float* y, int64_t n);
+/// out[r] = dot_f32(x + r * n, y, n) for r < rows, each bit for bit dot_f32's; y is loaded once
+/// for up to 4 rows (the heads of a K/V group against one key).
+void dot_f32_rows(const float* x, int64_t rows, const float* y, int64_t n, float* out);
+/// axpy(a[r], x, y + r * n, n) for r < rows, each bit for bit; x is loaded once for up to 4 rows.
+void axpy_rows(const float* a, const float* x, float* y, int64_t rows, int64_t n);
 /// Which f32 kernels (axpy, dot_f32, softmax's exp, GELU, norms) the active ISA
 /// (quant::active_isa(), read at each call) selects: "avx2" (AVX2 or above) or "scalar".
 const char* simd_variant();

@@ -55,6 +55,12 @@ float max_scalar(const float* x, int64_t n) {
 void scale_scalar(const float* x, float s, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
 }
+void dot_rows_scalar(const float* x, int64_t rows, const float* y, int64_t n, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot_scalar(x + r * n, y, n);
+}
+void axpy_rows_scalar(const float* a, const float* x, float* y, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) axpy_scalar(a[r], x, y + r * n, n);
+}
 int64_t argmax_scalar(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i)
@@ -64,7 +70,7 @@ int64_t argmax_scalar(const float* x, int64_t n) {
 
 const SimdKernels kScalar{axpy_scalar,        dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar,
                           sum_squares_scalar, scale_mul_scalar, sum_scalar,   max_scalar,
-                          scale_scalar,       argmax_scalar};
+                          scale_scalar,       argmax_scalar,    dot_rows_scalar, axpy_rows_scalar};
 
 }  // namespace
 

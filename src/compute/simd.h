@@ -29,6 +29,10 @@ struct SimdKernels {
   /// The index the scalar loop `best = 0; if (x[i] > x[best]) best = i` gives, n >= 1: the first
   /// index of the largest value, NaNs never chosen (unless x[0] is NaN: then 0).
   int64_t (*argmax)(const float* x, int64_t n);
+  /// out[r] = dot(x + r * n, y, n) for r < rows, each bit for bit as `dot` (y loaded once).
+  void (*dot_rows)(const float* x, int64_t rows, const float* y, int64_t n, float* out);
+  /// y + r * n += a[r] * x for r < rows, each as `axpy` (x loaded once).
+  void (*axpy_rows)(const float* a, const float* x, float* y, int64_t rows, int64_t n);
 };
 
 /// The table for quant::active_isa() (read at each call): AVX2 at AVX2 or above, else scalar.

@@ -33,6 +33,63 @@ float dot_avx2(const float* x, const float* y, int64_t n) {
   return s;
 }
 
+// Up to 4 rows of x against one y: per row the accumulators, steps and reduction of dot_avx2,
+// so each result is dot_avx2's bits; y's loads are shared.
+template <int R>
+void dot_rows_n(const float* x, const float* y, int64_t n, float* out) {
+  __m256 s0[R], s1[R];
+  for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 y0 = _mm256_loadu_ps(y + i), y1 = _mm256_loadu_ps(y + i + 8);
+    for (int r = 0; r < R; ++r) {
+      s0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * n + i), y0, s0[r]);
+      s1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * n + i + 8), y1, s1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    int64_t j = i;
+    __m256 a = s0[r];
+    for (; j + 8 <= n; j += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * n + j), _mm256_loadu_ps(y + j), a);
+    a = _mm256_add_ps(a, s1[r]);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    float s = _mm_cvtss_f32(h);
+    for (; j < n; ++j) s += x[r * n + j] * y[j];
+    out[r] = s;
+  }
+}
+void dot_rows_avx2(const float* x, int64_t rows, const float* y, int64_t n, float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) dot_rows_n<4>(x + r * n, y, n, out + r);
+  for (; r < rows; ++r) out[r] = dot_avx2(x + r * n, y, n);
+}
+// Per row exactly axpy_avx2 (one fma per element, the scalar tail the same); x's loads shared.
+void axpy_rows_avx2(const float* a, const float* x, float* y, int64_t rows, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const __m256 a0 = _mm256_set1_ps(a[r]), a1 = _mm256_set1_ps(a[r + 1]), a2 = _mm256_set1_ps(a[r + 2]),
+                 a3 = _mm256_set1_ps(a[r + 3]);
+    float *y0 = y + r * n, *y1 = y0 + n, *y2 = y1 + n, *y3 = y2 + n;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x + i);
+      _mm256_storeu_ps(y0 + i, _mm256_fmadd_ps(a0, v, _mm256_loadu_ps(y0 + i)));
+      _mm256_storeu_ps(y1 + i, _mm256_fmadd_ps(a1, v, _mm256_loadu_ps(y1 + i)));
+      _mm256_storeu_ps(y2 + i, _mm256_fmadd_ps(a2, v, _mm256_loadu_ps(y2 + i)));
+      _mm256_storeu_ps(y3 + i, _mm256_fmadd_ps(a3, v, _mm256_loadu_ps(y3 + i)));
+    }
+    for (; i < n; ++i) {
+      y0[i] += a[r] * x[i];
+      y1[i] += a[r + 1] * x[i];
+      y2[i] += a[r + 2] * x[i];
+      y3[i] += a[r + 3] * x[i];
+    }
+  }
+  for (; r < rows; ++r) axpy_avx2(a[r], x, y + r * n, n);
+}
+
 // Cephes expf (S. L. Moshier, cephes/single/expf.c): exp(x) = 2^n exp(r), n = round(x log2 e),
 // r = x - n ln 2 with ln 2 in two parts, exp(r) by a degree-7 polynomial. ~1 ulp on the range.
 // Results: 0 below about -87.3 (no denormals), +inf above 88.
@@ -191,7 +248,7 @@ int64_t argmax_avx2(const float* x, int64_t n) {
 
 const SimdKernels kAvx2{axpy_avx2,        dot_avx2,       exp_shifted_avx2, gelu_tanh_mul_avx2,
                         sum_squares_avx2, scale_mul_avx2, sum_avx2,         max_avx2,
-                        scale_avx2,       argmax_avx2};
+                        scale_avx2,       argmax_avx2,    dot_rows_avx2, axpy_rows_avx2};
 
 }  // namespace
 

@@ -201,13 +201,28 @@ __attribute__((target("avx2"))) void decode4_avx2(const uint8_t* p, const float*
   }
 }
 
+// 3 bits: eight indices per three bytes (index j of a group at bits 3j..3j+2 of the 24-bit
+// little-endian word). The group's word goes to all 8 lanes, a per-lane shift and mask give the
+// indices, and the 8 levels fit one register: one permute is the table lookup.
+__attribute__((target("avx2"))) void decode3_avx2(const uint8_t* p, const float* lv, int64_t d, float* y) {
+  const __m256 t = _mm256_loadu_ps(lv);
+  const __m256i shifts = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21), seven = _mm256_set1_epi32(7);
+  for (int64_t g = 0; g < d / 8; ++g) {
+    const uint8_t* q = p + 3 * g;
+    const uint32_t w = q[0] | (static_cast<uint32_t>(q[1]) << 8) | (static_cast<uint32_t>(q[2]) << 16);
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts), seven);
+    _mm256_storeu_ps(y + 8 * g, _mm256_permutevar8x32_ps(t, idx));
+  }
+}
+
 }  // namespace
 #endif
 
 bool Codec::simd_decode() const {
 #if defined(__x86_64__)
   // The one ISA selection (quant::active_isa()), read at each call like every kernel family.
-  return bits_ == 4 && d_ % 16 == 0 && use_simd_ && quant::active_isa() >= quant::Isa::AVX2;
+  return ((bits_ == 4 && d_ % 16 == 0) || (bits_ == 3 && d_ % 8 == 0)) && use_simd_ &&
+         quant::active_isa() >= quant::Isa::AVX2;
 #else
   return false;
 #endif
@@ -222,8 +237,12 @@ void Codec::decode_rotated(const uint8_t* in, float* y) const {
     float norm;
     std::memcpy(&norm, in, 4);
     float lv[16];
-    for (size_t i = 0; i < 16; ++i) lv[i] = levels_[i] * norm;
-    decode4_avx2(in + 4, lv, d_, y);
+    for (size_t i = 0; i < levels_.size(); ++i) lv[i] = levels_[i] * norm;
+    if (bits_ == 4) {
+      decode4_avx2(in + 4, lv, d_, y);
+    } else {
+      decode3_avx2(in + 4, lv, d_, y);
+    }
     return;
   }
 #endif

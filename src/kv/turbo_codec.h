@@ -82,12 +82,12 @@ class Codec {
   /// y [d] = g · levels[idx] (the rotated domain: R·decode). Dot products and weighted sums
   /// can be taken here, since R is orthonormal: a·b = (R a)·(R b).
   void decode_rotated(const uint8_t* in, float* y) const;
-  /// Use the AVX2 4-bit decoder when the active ISA allows it (quant::active_isa() >= AVX2,
+  /// Use the AVX2 decoders (3 and 4 bits) when the active ISA allows it (quant::active_isa() >= AVX2,
   /// the one selection all kernel families read; default true); false forces the scalar loop
   /// (tests compare the two, which must agree bit for bit).
   void set_simd(bool on) { use_simd_ = on; }
-  /// The decoder decode_rotated runs now: "avx2" (4 bits, d % 16 == 0, active ISA >= AVX2,
-  /// set_simd(true)) or "scalar".
+  /// The decoder decode_rotated runs now: "avx2" (4 bits with d % 16 == 0 or 3 bits with
+  /// d % 8 == 0, active ISA >= AVX2, set_simd(true)) or "scalar".
   const char* decode_variant() const;
 
  private:

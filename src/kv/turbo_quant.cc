@@ -56,27 +56,31 @@ void attend_rows(ThreadPool* pool, int64_t rows, int64_t group, int64_t d, const
                  float* out) {
   const int64_t blocks = (rows + kBlock - 1) / kBlock;
   auto score_blocks = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> buf;
+    thread_local std::vector<float> buf, dots;
     buf.resize(static_cast<size_t>(d));
+    dots.resize(static_cast<size_t>(group));
     for (int64_t blk = b; blk < e; ++blk)
       for (int64_t t = blk * kBlock; t < std::min(rows, (blk + 1) * kBlock); ++t) {
         const float* kr = krow(t, buf.data());
+        compute::dot_f32_rows(qrot, group, kr, d, dots.data());  // each head's dot_f32, one pass over kr
         for (int64_t h = 0; h < group; ++h) {
-          float sc = (compute::dot_f32(qrot + h * d, kr, d) + qc[h]) * scale;
+          float sc = (dots[static_cast<size_t>(h)] + qc[h]) * scale;
           if (cap > 0) sc = cap * std::tanh(sc / cap);
           scores[h * rows + t] = sc;
         }
       }
   };
   auto v_blocks = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> buf;
+    thread_local std::vector<float> buf, p;
     buf.resize(static_cast<size_t>(d));
+    p.resize(static_cast<size_t>(group));
     for (int64_t blk = b; blk < e; ++blk) {
       float* acc = partial + blk * group * d;
       std::fill(acc, acc + group * d, 0.0f);
       for (int64_t t = blk * kBlock; t < std::min(rows, (blk + 1) * kBlock); ++t) {
         const float* vr = vrow(t, buf.data());
-        for (int64_t h = 0; h < group; ++h) compute::axpy(scores[h * rows + t], vr, acc + h * d, d);
+        for (int64_t h = 0; h < group; ++h) p[static_cast<size_t>(h)] = scores[h * rows + t];
+        compute::axpy_rows(p.data(), vr, acc, group, d);  // each head's axpy, one pass over vr
       }
     }
   };

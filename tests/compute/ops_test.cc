@@ -430,3 +430,38 @@ TEST(OpsDeathTest, MatmulUnsupportedTypeThrowsWithThreads) {
 
 }  // namespace
 }  // namespace larql
+
+namespace larql {
+namespace {
+
+// dot_f32_rows / axpy_rows: each row bit for bit the single-row kernel (turbo-quant's attention
+// relies on it to give the same scores whatever the grouping), for 1..6 rows (the 4-row step and
+// the rest) and lengths with and without a scalar tail; and near a double dot product.
+TEST(Ops, RowKernelsEqualTheSingleRowOnes) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t n : {16, 40, 256, 259}) {
+    for (int64_t rows = 1; rows <= 6; ++rows) {
+      std::vector<float> x(static_cast<size_t>(rows * n)), y(static_cast<size_t>(n)), a(static_cast<size_t>(rows));
+      for (auto& v : x) v = nd(rng);
+      for (auto& v : y) v = nd(rng);
+      for (auto& v : a) v = nd(rng);
+      std::vector<float> got(static_cast<size_t>(rows));
+      compute::dot_f32_rows(x.data(), rows, y.data(), n, got.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const float want = compute::dot_f32(x.data() + r * n, y.data(), n);
+        ASSERT_EQ(got[static_cast<size_t>(r)], want) << "n=" << n << " rows=" << rows << " r=" << r;
+        double d = 0;
+        for (int64_t i = 0; i < n; ++i) d += double(x[static_cast<size_t>(r * n + i)]) * y[static_cast<size_t>(i)];
+        ASSERT_NEAR(got[static_cast<size_t>(r)], d, 1e-4 * n);
+      }
+      std::vector<float> acc(x), one(x);
+      compute::axpy_rows(a.data(), y.data(), acc.data(), rows, n);
+      for (int64_t r = 0; r < rows; ++r) compute::axpy(a[static_cast<size_t>(r)], y.data(), one.data() + r * n, n);
+      ASSERT_EQ(acc, one) << "n=" << n << " rows=" << rows;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace larql

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "kv/state_file.h"
 #include "kv/turbo_codec.h"
 #include "kv/turbo_quant.h"
+#include "quant/cpu.h"
 #include "model/model.h"
 #include "testlib/paths.h"
 #include "testlib/synthetic_model.h"
@@ -191,12 +193,13 @@ TEST(TurboCodec, LloydMaxMatchesPublished) {
 }
 
 TEST(TurboCodec, SimdDecodeEqualsTheScalarLoop) {
-  // Every 4-bit code pattern (all 256 byte values, in every position) and random vectors: the
-  // vectorised decoder is a table lookup like the scalar loop, so the two agree bit for bit.
+  // Every code pattern (all 256 byte values, in every position) and random vectors, 4 and 3
+  // bits: the vectorised decoders are table lookups like the scalar loops, so they agree bit for bit.
   std::mt19937 rng(5);
   std::normal_distribution<float> n01;
-  for (int64_t d : {16, 64, 256}) {
-    turbo::Codec fast(d, 4), slow(d, 4);
+  for (const auto& [d, bits] : {std::pair<int64_t, int>{16, 4}, {64, 4}, {256, 4}, {8, 3}, {64, 3}, {256, 3}}) {
+    turbo::Codec fast(d, bits), slow(d, bits);
+    ASSERT_STREQ(fast.decode_variant(), quant::active_isa() >= quant::Isa::AVX2 ? "avx2" : "scalar");
     slow.set_simd(false);
     std::vector<uint8_t> enc(fast.bytes_per_vector());
     std::vector<float> a(static_cast<size_t>(d)), b(static_cast<size_t>(d)), x(static_cast<size_t>(d));
@@ -211,7 +214,8 @@ TEST(TurboCodec, SimdDecodeEqualsTheScalarLoop) {
       }
       fast.decode_rotated(enc.data(), a.data());
       slow.decode_rotated(enc.data(), b.data());
-      for (int64_t i = 0; i < d; ++i) ASSERT_EQ(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)]) << d << " " << rep << " " << i;
+      for (int64_t i = 0; i < d; ++i)
+        ASSERT_EQ(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)]) << d << " " << bits << " " << rep << " " << i;
     }
   }
 }
