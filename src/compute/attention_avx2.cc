@@ -7,31 +7,11 @@
 #include <cstdint>
 
 #include "compute/attention.h"
+#include "compute/attention_prefetch.h"
 #include "compute/ops.h"
 
 namespace larql::compute::detail {
 namespace {
-
-// Decode reads a layer's K/V rows from memory (the weights streamed since its last visit evict
-// them), and the access below (several rows side by side, then V in slices of each row) is not a
-// pattern the hardware prefetchers follow well: 6-7 GB/s on one AMD Zen 4 core
-// (bench/kernels_bench.cc AttentionCold, 4 heads over 512-1024 rows). So while the scores of key
-// j are computed, K row j + kAhead is prefetched to L1 and V row j to L2 (the p.v pass reads it
-// after the chunk's scores): 8-12 GB/s there, the same speed when the rows are in cache. The
-// last rows' look-ahead falls in the next chunk (or past the buffer: the address is formed as an
-// integer, and a prefetch never faults).
-constexpr int64_t kAhead = 8;
-template <int kHint>
-inline void prefetch_row(const float* base, int64_t row, int64_t stride, int64_t n) {
-  const uintptr_t p = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(row * stride) * sizeof(float);
-  for (int64_t i = 0; i < n; i += 16)
-    _mm_prefetch(reinterpret_cast<const char*>(p + static_cast<uintptr_t>(i) * sizeof(float)),
-                 static_cast<_mm_hint>(kHint));
-}
-inline void prefetch_key(const float* k, const float* v, int64_t stride, int64_t hd, int64_t j) {
-  prefetch_row<_MM_HINT_T0>(k, j + kAhead, stride, hd);
-  prefetch_row<_MM_HINT_T1>(v, j, stride, hd);
-}
 
 // dot_avx2's final reduction (n a multiple of 16).
 inline float reduce(__m256 s0, __m256 s1) {
