@@ -25,7 +25,7 @@ inline float reduce(__m256 s0, __m256 s1) {
 template <int NQ>
 void scores_nq(const float* q, int64_t hd, const float* k, const float* v, int64_t m, int64_t stride, float scale,
                float cap, float* scores, int64_t ld) {
-  for (int64_t j = 0; j < std::min(m, kAhead); ++j) prefetch_row<_MM_HINT_T0>(k, j, stride, hd);
+  for (int64_t j = 0; j < std::min(m, kAhead); ++j) prefetch_row<3>(k, j, stride, hd);
   for (int64_t j = 0; j < m; ++j) {
     prefetch_key(k, v, stride, hd, j);
     const float* kj = k + j * stride;

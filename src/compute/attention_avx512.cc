@@ -52,7 +52,7 @@ inline void scores_tile(const float* q, int64_t hd, const float* k, int64_t stri
 template <int NQ>
 void scores_nq(const float* q, int64_t hd, const float* k, const float* v, int64_t m, int64_t stride, float scale,
                float cap, float* scores, int64_t ld) {
-  for (int64_t j = 0; j < std::min(m, kAhead); ++j) prefetch_row<_MM_HINT_T0>(k, j, stride, hd);
+  for (int64_t j = 0; j < std::min(m, kAhead); ++j) prefetch_row<3>(k, j, stride, hd);
   int64_t j = 0;
   for (; j + 4 <= m; j += 4) {
     for (int64_t r = j; r < j + 4; ++r) prefetch_key(k, v, stride, hd, r);

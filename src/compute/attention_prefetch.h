@@ -12,8 +12,6 @@
 // integer, and a prefetch never faults).
 #pragma once
 
-#include <immintrin.h>
-
 #include <cstdint>
 
 namespace larql::compute::detail {
@@ -21,17 +19,17 @@ namespace {
 
 constexpr int64_t kAhead = 8;
 
-template <int kHint>
+// kLocality as __builtin_prefetch's: 3 = prefetcht0 (to L1), 2 = prefetcht1 (to L2).
+template <int kLocality>
 inline void prefetch_row(const float* base, int64_t row, int64_t stride, int64_t n) {
   const uintptr_t p = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(row * stride) * sizeof(float);
   for (int64_t i = 0; i < n; i += 16)
-    _mm_prefetch(reinterpret_cast<const char*>(p + static_cast<uintptr_t>(i) * sizeof(float)),
-                 static_cast<_mm_hint>(kHint));
+    __builtin_prefetch(reinterpret_cast<const char*>(p + static_cast<uintptr_t>(i) * sizeof(float)), 0, kLocality);
 }
 
 inline void prefetch_key(const float* k, const float* v, int64_t stride, int64_t hd, int64_t j) {
-  prefetch_row<_MM_HINT_T0>(k, j + kAhead, stride, hd);
-  prefetch_row<_MM_HINT_T1>(v, j, stride, hd);
+  prefetch_row<3>(k, j + kAhead, stride, hd);
+  prefetch_row<2>(v, j, stride, hd);
 }
 
 }  // namespace
