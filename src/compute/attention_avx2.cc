@@ -74,36 +74,13 @@ void pv_nq(const float* p, int64_t ld, int64_t m, const float* v, int64_t stride
   }
 }
 
-template <int NQ>
-void chunk(const float* q, const float* k, const float* v, int64_t m, int64_t stride, int64_t hd, float scale,
-           float cap, float* scores, float* out, float* max, float* sum) {
-  scores_nq<NQ>(q, hd, k, v, m, stride, scale, cap, scores, m);
-  for (int h = 0; h < NQ; ++h) {
-    const ExpSum es = exp_shifted_sum(scores + h * m, m);
-    max[h] = es.max;
-    sum[h] = es.sum;
-  }
-  pv_nq<NQ>(scores, m, m, v, stride, hd, out);
-}
+#include "compute/attention_chunk.inl"
 
 }  // namespace
 
 void attend_chunk_avx2(const float* q, int64_t n_q, const float* k, const float* v, int64_t m, int64_t stride,
                        int64_t hd, float scale, float cap, float* scores, AttnPartial part) {
-  for (int64_t h = 0; h < n_q; h += 4) {
-    const int64_t nh = std::min<int64_t>(4, n_q - h);
-    const float* qh = q + h * hd;
-    float* sh = scores + h * m;
-    float* oh = part.out + h * hd;
-    float* mh = part.max + h;
-    float* zh = part.sum + h;
-    switch (nh) {
-      case 4: chunk<4>(qh, k, v, m, stride, hd, scale, cap, sh, oh, mh, zh); break;
-      case 3: chunk<3>(qh, k, v, m, stride, hd, scale, cap, sh, oh, mh, zh); break;
-      case 2: chunk<2>(qh, k, v, m, stride, hd, scale, cap, sh, oh, mh, zh); break;
-      default: chunk<1>(qh, k, v, m, stride, hd, scale, cap, sh, oh, mh, zh); break;
-    }
-  }
+  chunk_heads(q, n_q, k, v, m, stride, hd, scale, cap, scores, part);
 }
 
 }  // namespace larql::compute::detail
