@@ -90,17 +90,13 @@ void attend_group(const float* q, int64_t n_q, const float* k, const float* v, i
                   int64_t head_dim, float scale, float cap, float* scores, float* out) {
   const int64_t nc = attn_chunks(m);
   thread_local std::vector<float> parts;
-  const size_t need = static_cast<size_t>(nc * n_q * (head_dim + 2));
-  if (parts.size() < need) parts.resize(need);
-  float* po = parts.data();
-  float* pm = po + nc * n_q * head_dim;
-  float* ps = pm + nc * n_q;
+  if (parts.size() < attn_partials_floats(nc, n_q, head_dim)) parts.resize(attn_partials_floats(nc, n_q, head_dim));
   for (int64_t c = 0; c < nc; ++c) {
     const int64_t j0 = c * kAttnChunk, mc = std::min(kAttnChunk, m - j0);
     attend_chunk(q, n_q, k + j0 * stride, v + j0 * stride, mc, stride, head_dim, scale, cap, scores,
-                 AttnPartial{po + c * n_q * head_dim, pm + c * n_q, ps + c * n_q});
+                 attn_partial_at(parts.data(), nc, n_q, head_dim, c));
   }
-  attend_combine(n_q, head_dim, nc, po, pm, ps, out);
+  attend_combine_partials(parts.data(), nc, n_q, head_dim, out);
 }
 
 }  // namespace larql::compute

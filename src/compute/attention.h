@@ -10,6 +10,7 @@
 // the arithmetic per chunk and per combine do not depend on who computes them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace larql::compute {
@@ -47,6 +48,24 @@ void attend_chunk(const float* q, int64_t n_q, const float* k, const float* v, i
 /// result: n_q * head_dim floats.
 void attend_combine(int64_t n_q, int64_t head_dim, int64_t n_chunks, const float* out, const float* max,
                     const float* sum, float* result);
+
+/// The partials of n_q heads over n_chunks chunks in one buffer of attn_partials_floats floats,
+/// in attend_combine's layout: [n_chunks][n_q][head_dim] outputs, then [n_chunks][n_q] maxima,
+/// then [n_chunks][n_q] sums.
+constexpr size_t attn_partials_floats(int64_t n_chunks, int64_t n_q, int64_t head_dim) {
+  return static_cast<size_t>(n_chunks * n_q * (head_dim + 2));
+}
+/// Chunk ch's AttnPartial inside such a buffer at base.
+inline AttnPartial attn_partial_at(float* base, int64_t n_chunks, int64_t n_q, int64_t head_dim, int64_t ch) {
+  float* max = base + n_chunks * n_q * head_dim;
+  return {base + ch * n_q * head_dim, max + ch * n_q, max + n_chunks * n_q + ch * n_q};
+}
+/// attend_combine over such a buffer; result: n_q * head_dim floats.
+inline void attend_combine_partials(const float* base, int64_t n_chunks, int64_t n_q, int64_t head_dim,
+                                    float* result) {
+  const float* max = base + n_chunks * n_q * head_dim;
+  attend_combine(n_q, head_dim, n_chunks, base, max, max + n_chunks * n_q, result);
+}
 
 /// softmax(q k^T * scale) v for n_q heads over m >= 1 keys: attend_chunk over each chunk of
 /// kAttnChunk keys (from key 0), then attend_combine. out: n_q * head_dim floats; scores: n_q *

@@ -206,17 +206,6 @@ void attend_one_chunk(const ModelConfig& c, const float* q_row, int64_t pos, con
                         scores.data(), part);
 }
 
-// Partials of n_q heads over nc chunks: [nc][n_q][hd] outputs, then [nc][n_q] maxima and sums.
-size_t partial_floats(int64_t nc, int64_t n_q, int64_t hd) { return static_cast<size_t>(nc * n_q * (hd + 2)); }
-compute::AttnPartial partial_at(float* base, int64_t nc, int64_t n_q, int64_t hd, int64_t ch) {
-  float* mx = base + nc * n_q * hd;
-  return {base + ch * n_q * hd, mx + ch * n_q, mx + nc * n_q + ch * n_q};
-}
-void combine_partials(const float* base, int64_t nc, int64_t n_q, int64_t hd, float* out) {
-  const float* mx = base + nc * n_q * hd;
-  compute::attend_combine(n_q, hd, nc, base, mx, mx + nc * n_q, out);
-}
-
 // Attention of n query rows; row t is at pos_of(t) over kv_of(t) with mask_of_row(t). Either one
 // task per (row, K/V group) that runs every chunk and combines them (enough rows to keep the
 // threads busy: a prompt), or one task per (row, group, chunk) with the partials combined after
@@ -239,11 +228,12 @@ void attend_all(ThreadPool& pool, const ModelConfig& c, const LayerConfig& lc, c
         const AttendMask& mask = mask_of_row(t);
         const Visible vis = visible_keys(lc, pos, kv, mask);
         const int64_t nc = compute::attn_chunks(vis.m);
-        if (local.size() < partial_floats(nc, group, hd)) local.resize(partial_floats(nc, group, hd));
+        const size_t need = compute::attn_partials_floats(nc, group, hd);
+        if (local.size() < need) local.resize(need);
         for (int64_t ch = 0; ch < nc; ++ch)
           attend_one_chunk(c, q + t * c.q_dim(), pos, kv, mask, vis, head, group, ch,
-                           partial_at(local.data(), nc, group, hd, ch));
-        combine_partials(local.data(), nc, group, hd, out + t * c.q_dim() + head * hd);
+                           compute::attn_partial_at(local.data(), nc, group, hd, ch));
+        compute::attend_combine_partials(local.data(), nc, group, hd, out + t * c.q_dim() + head * hd);
       }
     };
     pool.parallel_for(n * kvh, [&run](int64_t b, int64_t e) { run(b, e); });
@@ -266,8 +256,9 @@ void attend_all(ThreadPool& pool, const ModelConfig& c, const LayerConfig& lc, c
     }
   }
   offs[static_cast<size_t>(n * kvh)] = tasks;
-  // Each task's partial is group * (hd + 2) floats, laid out per pair as partial_at expects.
-  const size_t per_task = partial_floats(1, group, hd);
+  // Each task's partial is group * (hd + 2) floats, laid out per pair as compute::attn_partial_at
+  // expects.
+  const size_t per_task = compute::attn_partials_floats(1, group, hd);
   if (parts.size() < static_cast<size_t>(tasks) * per_task) parts.resize(static_cast<size_t>(tasks) * per_task);
   auto pair_of = [&](int64_t task) {
     return static_cast<int64_t>(std::upper_bound(offs.begin(), offs.end() - 1, task) - offs.begin()) - 1;
@@ -276,16 +267,17 @@ void attend_all(ThreadPool& pool, const ModelConfig& c, const LayerConfig& lc, c
     for (int64_t task = b; task < e; ++task) {
       const int64_t pr = pair_of(task), t = pr / kvh, g = pr % kvh;
       const int64_t first = offs[static_cast<size_t>(pr)], nc = offs[static_cast<size_t>(pr + 1)] - first;
+      float* pair_parts = parts.data() + static_cast<size_t>(first) * per_task;
       attend_one_chunk(c, q + t * c.q_dim(), pos_of(t), kv_of(t), mask_of_row(t), vis[static_cast<size_t>(t)],
                        g * group, group, task - first,
-                       partial_at(parts.data() + static_cast<size_t>(first) * per_task, nc, group, hd, task - first));
+                       compute::attn_partial_at(pair_parts, nc, group, hd, task - first));
     }
   };
   pool.parallel_for(tasks, [&run](int64_t b, int64_t e) { run(b, e); });
   for (int64_t pr = 0; pr < n * kvh; ++pr) {
     const int64_t first = offs[static_cast<size_t>(pr)], nc = offs[static_cast<size_t>(pr + 1)] - first;
-    combine_partials(parts.data() + static_cast<size_t>(first) * per_task, nc, group, hd,
-                     out + (pr / kvh) * c.q_dim() + (pr % kvh) * group * hd);
+    compute::attend_combine_partials(parts.data() + static_cast<size_t>(first) * per_task, nc, group, hd,
+                                     out + (pr / kvh) * c.q_dim() + (pr % kvh) * group * hd);
   }
 }
 
