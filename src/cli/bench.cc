@@ -289,12 +289,19 @@ void run(const BenchArgs& a) {
     const double peak = roof["int8_ops_per_s"], ops = roof["prefill_ops_per_token"];
     std::printf("roofline (%d threads): read %.1f GB/s; decode reads %.1f MB/token -> at most %.1f tok/s\n",
                 l.forward->pool().size(), bw / 1e9, bytes / 1e6, bw / bytes);
-    std::printf("          int8 peak %.0f GOP/s (%s); prefill %.2f GOP/token in the matrices -> at most %.0f tok/s\n",
-                peak / 1e9, roof["int8_isa"].get<std::string>().c_str(), ops / 1e9, peak > 0 ? peak / ops : 0.0);
-    for (const auto& e : roof["engines"])
-      std::printf("%-*s decode %5.1f%% of the bandwidth bound, prefill %5.1f%% of the int8 peak\n", w,
-                  e["engine"].get<std::string>().c_str(), 100.0 * e["decode_fraction_of_bound"].get<double>(),
-                  100.0 * e["prefill_fraction_of_int8_peak"].get<double>());
+    if (peak > 0) {
+      std::printf("          int8 peak %.0f GOP/s (%s); prefill %.2f GOP/token in the matrices -> at most %.0f tok/s\n",
+                  peak / 1e9, roof["int8_isa"].get<std::string>().c_str(), ops / 1e9, peak / ops);
+    } else {  // the scalar kernels: no SIMD int8 instruction to measure
+      std::printf("          int8 peak not measured (%s kernels)\n", roof["int8_isa"].get<std::string>().c_str());
+    }
+    for (const auto& e : roof["engines"]) {
+      std::printf("%-*s decode %5.1f%% of the bandwidth bound", w, e["engine"].get<std::string>().c_str(),
+                  100.0 * e["decode_fraction_of_bound"].get<double>());
+      if (peak > 0)
+        std::printf(", prefill %5.1f%% of the int8 peak", 100.0 * e["prefill_fraction_of_int8_peak"].get<double>());
+      std::printf("\n");
+    }
   }
 }
 

@@ -1,12 +1,14 @@
 // larql — command-line entry point. Each verb lives in its own file; this only dispatches and
 // turns errors into "error: ..." on stderr with a non-zero exit.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <string>
 #include <new>
+#include <string>
 
 #include "cli/common.h"
 #include "quant/quant.h"
@@ -23,7 +25,18 @@ int main(int argc, char** argv) {
                  "lower the kernels' instruction set for every kernel family: scalar, avx2, avx512 "
                  "(default: the best this CPU has; also $LARQL_ISA)")
       ->envname("LARQL_ISA")
-      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+      ->transform(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // Any case (AVX2 as avx2); the error names both places the value may have come from.
+            std::string low = v;
+            std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return std::tolower(ch); });
+            if (low == "scalar" || low == "avx2" || low == "avx512") {
+              v = low;
+              return {};
+            }
+            return "'" + v + "' (from --isa or $LARQL_ISA) is not one of scalar, avx2, avx512";
+          },
+          "{scalar,avx2,avx512}"));
   app.fallthrough();
   app.parse_complete_callback([&isa] {
     if (!isa.empty()) larql::quant::set_isa(larql::quant::parse_isa(isa));

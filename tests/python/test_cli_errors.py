@@ -139,3 +139,29 @@ def test_run_prompt_file_that_is_a_directory(larql_bin, model_path, tmp_path):
     p = subprocess.run([str(larql_bin), "run", str(model_path), "-f", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert 0 < p.returncode < 128 and "directory" in p.stderr, p.stderr
+
+
+# The instruction set may come from --isa or from $LARQL_ISA: an unknown name is exit 2 and the
+# message names the value and both places (a user who only set the variable saw just '--isa').
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_unknown_isa_names_the_value_and_its_sources(larql_bin, model_path, how):
+    import os
+    env = dict(os.environ)
+    env.pop("LARQL_ISA", None)
+    args = [str(larql_bin), "show", str(model_path)]
+    if how == "flag":
+        args[1:1] = ["--isa", "avx9"]
+    else:
+        env["LARQL_ISA"] = "avx9"
+    p = subprocess.run(args, capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 2, p.stderr
+    assert "error:" in p.stderr and "'avx9'" in p.stderr and "$LARQL_ISA" in p.stderr, p.stderr
+
+
+def test_isa_name_in_any_case(larql_bin, model_path):
+    import os
+    env = {**os.environ, "LARQL_ISA": "AVX2"}
+    p = subprocess.run([str(larql_bin), "bench", str(model_path), "--roofline", "-t", "1", "--prompt-tokens", "8",
+                        "--decode-tokens", "2"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "(avx2)" in p.stdout, p.stdout
