@@ -13,7 +13,6 @@
 #include <random>
 #include <thread>
 
-#include "model/hf_source.h"
 #include "model/vindex_source.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -56,13 +55,16 @@ std::string resolve_model(const std::string& name) {
                                                       : " (available: " + avail + ")"));
 }
 
+void check_model_dir(const std::string& path, const std::string& verb) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || !is_vindex_model_dir(path)) return;  // a Hugging Face directory runs as is
+  const std::string why = vindex_not_runnable_reason(path, vindex::read_index(path), verb);
+  if (!why.empty()) throw Error(ErrorKind::Unsupported, why);
+}
+
 Loaded load(const std::string& model, int threads, const std::string& verb) {
   const std::string path = resolve_model(model);
-  std::error_code ec;
-  if (fs::is_directory(path, ec) && !is_hf_model_dir(path)) {  // a vindex (a Hugging Face directory runs as is)
-    const std::string why = vindex_not_runnable_reason(path, vindex::read_index(path), verb);
-    if (!why.empty()) throw Error(ErrorKind::Unsupported, why);
-  }
+  check_model_dir(path, verb);
   const unsigned cores = std::thread::hardware_concurrency();
   if (threads > 0 && cores > 0 && static_cast<unsigned>(threads) > cores)
     std::fprintf(stderr, "warning: --threads %d is more than this machine's %u cores; it runs many times slower\n", threads,

@@ -27,6 +27,11 @@ std::string resolve_model(const std::string& name_or_path);
 /// The help text of every verb's MODEL argument.
 inline constexpr const char* kModelHelp = "a GGUF file, a vindex or Hugging Face directory, or a name in models/";
 
+/// For a directory: nothing when it is a Hugging Face model or a vindex that can run `verb`;
+/// Error{NotFound} when it is neither (is_vindex_model_dir), Error{Unsupported} for a vindex
+/// below level inference (naming its level and `verb`). For a file: nothing.
+void check_model_dir(const std::string& path, const std::string& verb);
+
 struct Loaded {
   std::shared_ptr<Model> model;
   std::shared_ptr<Forward> forward;

@@ -1,18 +1,14 @@
 // `larql export MODEL -o OUT.gguf`: any model (GGUF, vindex at level inference, Hugging Face
 // directory) as a GGUF file llama.cpp loads (extract/gguf_export.h). docs/cli.md ("export").
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
 #include "cli/progress.h"
 #include "extract/gguf_export.h"
-#include "model/hf_source.h"
-#include "model/vindex_source.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
-#include "vindex/index.h"
 
 namespace larql::cli {
 namespace {
@@ -24,11 +20,7 @@ struct ExportArgs {
 
 void run_export(const ExportArgs& a) {
   const std::string path = resolve_model(a.model);
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec) && !is_hf_model_dir(path)) {
-    const std::string why = vindex_not_runnable_reason(path, vindex::read_index(path), "export");
-    if (!why.empty()) throw Error(ErrorKind::Unsupported, why);
-  }
+  check_model_dir(path, "export");
   auto model = Model::load(path);  // every tensor shape-checked by role before a byte is written
   register_input(path, "the model");
   extract::ExportOptions opt;

@@ -90,7 +90,7 @@ void run(const ShowArgs& a) {
   const std::string path = resolve_model(a.model);
   std::error_code ec;
   nlohmann::json vx;
-  if (std::filesystem::is_directory(path, ec)) {
+  if (std::filesystem::is_directory(path, ec) && is_vindex_model_dir(path)) {  // a Hugging Face one: as a file
     const vindex::VindexIndex x = vindex::read_index(path);
     vx = vindex_json(path, x);
     if (!vx["runnable"].get<bool>()) {

@@ -64,10 +64,18 @@ class Loader {
 
 }  // namespace
 
+bool is_vindex_model_dir(const std::string& dir) {
+  if (is_hf_model_dir(dir)) return false;
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "index.json", ec)) return true;
+  throw Error(ErrorKind::NotFound, dir + ": a directory, but neither a vindex (no index.json) nor a Hugging Face model "
+                                         "(no config.json, model.safetensors or model.safetensors.index.json)");
+}
+
 std::shared_ptr<Model> Model::load(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    return is_hf_model_dir(path) ? load(HfSource::open(path)) : load(VindexSource::open(path));
+    return is_vindex_model_dir(path) ? load(VindexSource::open(path)) : load(HfSource::open(path));
   return load(GgufSource::open(path));
 }
 

@@ -40,6 +40,11 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
+/// A model directory: true for a vindex (it has index.json), false for a Hugging Face model
+/// (is_hf_model_dir: config.json, model.safetensors or its index). Error{NotFound} naming the
+/// directory when it is neither (an empty directory, the models/ cache itself).
+bool is_vindex_model_dir(const std::string& dir);
+
 /// A model: its config and weights, zero-copy views into a weight source that the model keeps
 /// alive.
 class Model {

@@ -165,3 +165,22 @@ def test_isa_name_in_any_case(larql_bin, model_path):
                         "--decode-tokens", "2"], capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stderr
     assert "(avx2)" in p.stdout, p.stdout
+
+
+# A directory that is neither a vindex nor a Hugging Face model (an empty one, the models/ cache
+# itself) is named as such; the verbs said '<dir>/index.json: cannot open'.
+@pytest.mark.parametrize("verb", [["run"], ["show"], ["bench", "--prompt-tokens", "8"]])
+def test_directory_that_is_no_model(larql_bin, tmp_path, verb):
+    p = subprocess.run([str(larql_bin), verb[0], str(tmp_path), *verb[1:]], capture_output=True, text=True, timeout=60)
+    assert 0 < p.returncode < 128, p.stderr
+    assert "error:" in p.stderr and str(tmp_path) in p.stderr and "neither a vindex" in p.stderr, p.stderr
+
+
+# `show` of a Hugging Face directory reads its config.json (it tried the directory as a vindex).
+def test_show_reads_a_hugging_face_directory(larql_bin, hf_dir):
+    p = subprocess.run([str(larql_bin), "show", str(hf_dir), "--json"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    import json
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    shown = json.loads(p.stdout)
+    assert shown["hidden"] == cfg["hidden_size"] and shown["ffn"] == cfg["intermediate_size"], shown
