@@ -38,7 +38,7 @@ struct EngineInfo {
   std::string name;     ///< canonical name, e.g. "standard"
   std::string backend;  ///< "cpu"
   std::string config;   ///< e.g. "window=512" ("" for defaults)
-  std::string note;     ///< what a front end should tell the user about this engine ("" = nothing)
+  std::string note{};   ///< what a front end should tell the user about this engine ("" = nothing)
 };
 
 /// Engine-held state, counted by logical rows (not buffer capacity).

@@ -28,7 +28,7 @@ struct StateHeader {
   std::string config;
   std::string fingerprint;
   uint64_t n_past = 0;
-  SessionState session;
+  SessionState session{};
 };
 
 /// Sequential writer through an AtomicWriter; the checksum is appended by close(). Nothing

@@ -82,8 +82,12 @@ TEST(StaticFiles, IndexAndItsAssetsAreServedWithEtags) {
     const std::string a = s.request("GET", path);
     EXPECT_EQ(status_line(a), "HTTP/1.1 200 OK") << path;
     const std::string type = header_of(a, "Content-Type");
-    if (path.ends_with(".js")) EXPECT_EQ(type, "text/javascript; charset=utf-8") << path;
-    if (path.ends_with(".css")) EXPECT_EQ(type, "text/css; charset=utf-8") << path;
+    if (path.ends_with(".js")) {
+      EXPECT_EQ(type, "text/javascript; charset=utf-8") << path;
+    }
+    if (path.ends_with(".css")) {
+      EXPECT_EQ(type, "text/css; charset=utf-8") << path;
+    }
     EXPECT_NE(header_of(a, "Cache-Control").find("immutable"), std::string::npos) << path;
     const std::string b = body_of(a);
     EXPECT_GT(b.size(), 100u) << path;
