@@ -1,7 +1,9 @@
 // Encoding: special-token partition + SPM bigram merges, as llama.cpp does it
-// (src/llama-vocab.cpp: tokenizer_st_partition, llm_tokenizer_spm_session, impl::tokenize).
+// (src/llama-vocab.cpp: tokenizer_st_partition, llm_tokenizer_spm_session, impl::tokenize);
+// byte-level BPE fragments go to bpe.cc.
 #include <queue>
 
+#include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab_impl.h"
 #include "util/error.h"
@@ -174,6 +176,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
   const bool add_special = add_bos;
   bool is_prev_special = true;  // add_space_prefix applies at the start and after specials
   if (add_special && m.v.add_bos) out.push_back(m.v.bos_id);
+
+  if (m.bpe) {  // byte-level BPE: no space prefix, no whitespace escaping (bpe.h)
+    for (const Fragment& f : frags) {
+      if (f.token >= 0)
+        out.push_back(f.token);
+      else
+        bpe::encode_fragment(*m.bpe, m, text.substr(f.off, f.len), out);
+    }
+    if (add_special && m.v.add_eos) out.push_back(m.v.eos_id);
+    return out;
+  }
 
   std::string escaped;
   for (const Fragment& f : frags) {

@@ -33,14 +33,244 @@ std::string token_or_empty(const VocabData& v, int32_t id) {
   return id >= 0 && id < static_cast<int32_t>(v.tokens.size()) ? v.tokens[static_cast<size_t>(id)] : std::string();
 }
 
+// The Split regexes of the models' tokenizer.json files, and the tokenizer.ggml.pre they stand for
+// (llama.cpp's convert_hf_to_gguf.py names them by a hash of the tokenization; these are the
+// regexes behind "llama-bpe" and "qwen2").
+constexpr std::string_view kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr std::string_view kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+bool contains_byte_level(const json& pt) {
+  if (!pt.is_object()) return false;
+  if (pt.value("type", "") == "ByteLevel") return true;
+  if (pt.contains("pretokenizers") && pt["pretokenizers"].is_array())
+    for (const json& p : pt["pretokenizers"])
+      if (contains_byte_level(p)) return true;
+  return false;
+}
+
+[[noreturn]] void unsupported_pre(const std::string& what) {
+  throw Error(ErrorKind::Unsupported, "tokenizer.json: pre_tokenizer " + what +
+                                          " is not supported (byte-level BPE: ByteLevel with GPT-2's regex, or "
+                                          "Sequence[Split(Llama 3 or Qwen2 regex), ByteLevel])");
+}
+
+/// tokenizer.ggml.pre for a byte-level pre_tokenizer.
+std::string byte_level_pre(const json& pt) {
+  auto check_byte_level = [](const json& b, bool use_regex) {
+    if (b.value("add_prefix_space", false)) unsupported_pre("ByteLevel with add_prefix_space");
+    if (b.value("use_regex", true) != use_regex)
+      unsupported_pre(std::string("ByteLevel with use_regex ") + (use_regex ? "false" : "true") +
+                      (use_regex ? " and no Split" : " after a Split"));
+  };
+  const std::string type = pt.value("type", "");
+  if (type == "ByteLevel") {
+    check_byte_level(pt, true);
+    return "gpt-2";
+  }
+  if (type != "Sequence" || !pt.contains("pretokenizers") || !pt["pretokenizers"].is_array() ||
+      pt["pretokenizers"].size() != 2)
+    unsupported_pre(pt.dump().substr(0, 200));
+  const json& split = pt["pretokenizers"][0];
+  const json& bl = pt["pretokenizers"][1];
+  if (split.value("type", "") != "Split" || bl.value("type", "") != "ByteLevel")
+    unsupported_pre("Sequence[" + split.value("type", std::string("?")) + ", " + bl.value("type", std::string("?")) + "]");
+  check_byte_level(bl, false);
+  if (!split.contains("pattern") || !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
+      !split["pattern"]["Regex"].is_string())
+    unsupported_pre("Split without a Regex pattern");
+  if (split.value("behavior", "") != "Isolated" || split.value("invert", false))
+    unsupported_pre("Split with behavior " + split.value("behavior", std::string("?")) + (split.value("invert", false) ? ", invert" : ""));
+  const std::string regex = split["pattern"]["Regex"].get<std::string>();
+  if (regex == kLlama3Regex) return "llama-bpe";
+  if (regex == kQwen2Regex) return "qwen2";
+  unsupported_pre("Split regex " + json(regex).dump() + " (larql knows the Llama 3 and Qwen2 regexes)");
+}
+
+/// A byte-level BPE tokenizer.json (model "gpt2"): vocabulary plus added tokens (which may lie
+/// past model.vocab), merges as "a b" strings, pre from the pre-tokenizer. Specials and flags are
+/// filled in by the caller.
+VocabData byte_level_vocab(const json& j, const json& m) {
+  VocabData v;
+  v.model = "gpt2";
+  v.pre = byte_level_pre(j["pre_tokenizer"]);
+  v.add_bos = false;
+  v.add_space_prefix = false;
+  if (m.value("byte_fallback", false)) throw Error(ErrorKind::Unsupported, "tokenizer.json: byte-level BPE with byte_fallback");
+  int64_t n = 0;
+  for (const auto& [piece, idv] : m["vocab"].items()) {
+    if (!idv.is_number_integer() || idv.get<int64_t>() < 0 || idv.get<int64_t>() >= (int64_t{1} << 31))
+      bad("model.vocab[\"" + piece + "\"] = " + idv.dump() + " is not a token id");
+    n = std::max(n, idv.get<int64_t>() + 1);
+  }
+  const json added = j.contains("added_tokens") ? j["added_tokens"] : json::array();
+  if (!added.is_array()) bad("added_tokens is not an array");
+  for (const json& a : added) {
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
+      bad("an added_tokens entry lacks an integer id or a content string");
+    const int64_t id = a["id"].get<int64_t>();
+    if (id < 0 || id >= (int64_t{1} << 31)) bad("added token " + a["content"].dump() + " has id " + std::to_string(id));
+    n = std::max(n, id + 1);
+  }
+  const auto size = static_cast<size_t>(n);
+  v.tokens.assign(size, std::string());
+  v.scores.assign(size, 0.0f);
+  v.types.assign(size, TokenType::Normal);
+  std::vector<bool> seen(size, false);
+  for (const auto& [piece, idv] : m["vocab"].items()) {
+    const auto id = static_cast<size_t>(idv.get<int64_t>());
+    if (seen[id]) bad("id " + std::to_string(id) + " is used twice in model.vocab");
+    seen[id] = true;
+    v.tokens[id] = piece;
+  }
+  for (const json& a : added) {
+    const auto id = static_cast<size_t>(a["id"].get<int64_t>());
+    const std::string content = a["content"].get<std::string>();
+    if (seen[id] && v.tokens[id] != content)
+      bad("added token " + a["content"].dump() + " (id " + std::to_string(id) + ") differs from model.vocab's " +
+          json(v.tokens[id]).dump());
+    seen[id] = true;
+    v.tokens[id] = content;
+    v.types[id] = a.value("special", false) ? TokenType::Control : TokenType::UserDefined;
+  }
+  for (size_t i = 0; i < size; ++i)
+    if (!seen[i]) bad("id " + std::to_string(i) + " is neither in model.vocab nor in added_tokens");
+  if (!m.contains("merges") || !m["merges"].is_array() || m["merges"].empty())
+    bad("model.merges is missing or empty (a byte-level BPE needs its merges)");
+  v.merges.reserve(m["merges"].size());
+  size_t i = 0;
+  for (const json& mg : m["merges"]) {
+    if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+      v.merges.push_back(mg[0].get<std::string>() + " " + mg[1].get<std::string>());
+    } else if (mg.is_string()) {
+      const std::string s = mg.get<std::string>();
+      if (s.size() < 2 || s.find(' ', 1) == std::string::npos)
+        bad("model.merges[" + std::to_string(i) + "] = " + mg.dump() + " is not two tokens separated by a space");
+      v.merges.push_back(s);
+    } else {
+      bad("model.merges[" + std::to_string(i) + "] = " + mg.dump().substr(0, 100) + " is neither [left, right] nor \"left right\"");
+    }
+    ++i;
+  }
+  return v;
+}
+
+}  // namespace
+
+namespace {
+
+/// tokenizer_config.json: special tokens, flags, chat template.
+std::string config_json(const VocabData& v) {
+  json c;
+  auto put = [&](const char* key, int32_t id) {
+    if (id >= 0) c[key] = token_or_empty(v, id);
+  };
+  put("bos_token", v.bos_id);
+  put("eos_token", v.eos_id);
+  put("unk_token", v.unk_id);
+  put("pad_token", v.pad_id);
+  put("eot_token", v.eot_id);
+  c["add_bos_token"] = v.add_bos;
+  c["add_eos_token"] = v.add_eos;
+  c["add_space_prefix"] = v.add_space_prefix;
+  if (!v.chat_template.empty()) c["chat_template"] = v.chat_template;
+  c["tokenizer_class"] = "PreTrainedTokenizerFast";
+  return c.dump(2) + "\n";
+}
+
+json bos_template(const VocabData& v) {
+  const std::string bos = token_or_empty(v, v.bos_id);
+  if (!v.add_bos || bos.empty()) return nullptr;
+  const json sp = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
+  const json a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const json b = {{"Sequence", {{"id", "B"}, {"type_id", 0}}}};
+  return {{"type", "TemplateProcessing"},
+          {"single", json::array({sp, a})},
+          {"pair", json::array({sp, a, b})},
+          {"special_tokens", {{bos, {{"id", bos}, {"ids", {v.bos_id}}, {"tokens", {bos}}}}}}};
+}
+
+/// A byte-level BPE vocabulary ("gpt2") as tokenizer.json: the pre's Split regex + ByteLevel
+/// (or plain ByteLevel for gpt-2), CONTROL / USER_DEFINED tokens as added tokens (not in
+/// model.vocab), merges as [left, right] pairs in rank order.
+HfTokenizerFiles to_hf_bpe(const VocabData& v) {
+  const size_t n = v.tokens.size();
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  json pre_tokenizer;
+  bool ignore_merges = false;
+  if (v.pre == "gpt-2" || v.pre == "phi-2") {
+    pre_tokenizer = byte_level;
+  } else if (v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3" || v.pre == "qwen2" ||
+             v.pre == "deepseek-r1-qwen") {
+    const bool llama3 = v.pre.rfind("llama", 0) == 0;
+    ignore_merges = llama3;
+    json bl = byte_level;
+    bl["use_regex"] = false;
+    const json split = {{"type", "Split"},
+                        {"pattern", {{"Regex", std::string(llama3 ? kLlama3Regex : kQwen2Regex)}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
+    pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", json::array({split, bl})}};
+  } else {
+    throw Error(ErrorKind::Unsupported, "tokenizer.ggml.pre \"" + v.pre +
+                                            "\" cannot be written as tokenizer.json (llama-bpe, qwen2 and gpt-2 can)");
+  }
+  json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  json added = json::array();
+  json vocab = json::object();
+  for (size_t i = 0; i < n; ++i) {
+    if (v.types[i] == TokenType::Control || v.types[i] == TokenType::UserDefined)
+      added.push_back({{"id", i}, {"content", v.tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", v.types[i] == TokenType::Control}});
+    else
+      vocab[v.tokens[i]] = i;
+  }
+  json merges = json::array();
+  for (size_t i = 0; i < v.merges.size(); ++i) {
+    const std::string& m = v.merges[i];
+    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
+    if (sp == std::string::npos)
+      throw Error(ErrorKind::Format, "tokenizer.ggml.merges[" + std::to_string(i) + "] = \"" + m +
+                                         "\" is not two tokens separated by a space");
+    merges.push_back(json::array({m.substr(0, sp), m.substr(sp + 1)}));
+  }
+  j["added_tokens"] = added;
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = pre_tokenizer;
+  j["post_processor"] = bos_template(v);
+  if (j["post_processor"].is_null())
+    j["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}};
+  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", ignore_merges},
+                {"vocab", std::move(vocab)},
+                {"merges", std::move(merges)}};
+  return HfTokenizerFiles{j.dump(), config_json(v)};
+}
+
 }  // namespace
 
 HfTokenizerFiles to_hf_tokenizer(const VocabData& v) {
-  if (v.model != "llama")
-    throw Error(ErrorKind::Unsupported, "tokenizer model \"" + v.model + "\" cannot be written as tokenizer.json (only SentencePiece \"llama\")");
+  if (v.model != "llama" && v.model != "gpt2")
+    throw Error(ErrorKind::Unsupported, "tokenizer model \"" + v.model +
+                                            "\" cannot be written as tokenizer.json (only SentencePiece \"llama\" and "
+                                            "byte-level BPE \"gpt2\")");
   const size_t n = v.tokens.size();
   if (v.scores.size() != n || v.types.size() != n)
     throw Error(ErrorKind::InvalidArgument, "vocabulary arrays differ in length");
+  if (v.model == "gpt2") return to_hf_bpe(v);
   std::unordered_map<std::string, int32_t> normal;
   normal.reserve(n);
   for (size_t i = 0; i < n; ++i)
@@ -79,18 +309,7 @@ HfTokenizerFiles to_hf_tokenizer(const VocabData& v) {
   j["added_tokens"] = added;
   j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}};
   j["pre_tokenizer"] = nullptr;
-  const std::string bos = token_or_empty(v, v.bos_id);
-  if (v.add_bos && !bos.empty()) {
-    const json sp = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
-    const json a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
-    const json b = {{"Sequence", {{"id", "B"}, {"type_id", 0}}}};
-    j["post_processor"] = {{"type", "TemplateProcessing"},
-                           {"single", json::array({sp, a})},
-                           {"pair", json::array({sp, a, b})},
-                           {"special_tokens", {{bos, {{"id", bos}, {"ids", {v.bos_id}}, {"tokens", {bos}}}}}}};
-  } else {
-    j["post_processor"] = nullptr;
-  }
+  j["post_processor"] = bos_template(v);
   j["decoder"] = {{"type", "Sequence"},
                   {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
                                                     {{"type", "ByteFallback"}},
@@ -130,21 +349,7 @@ HfTokenizerFiles to_hf_tokenizer(const VocabData& v) {
   top += text;
   top += '}';
 
-  json c;
-  auto put = [&](const char* key, int32_t id) {
-    if (id >= 0) c[key] = token_or_empty(v, id);
-  };
-  put("bos_token", v.bos_id);
-  put("eos_token", v.eos_id);
-  put("unk_token", v.unk_id);
-  put("pad_token", v.pad_id);
-  put("eot_token", v.eot_id);
-  c["add_bos_token"] = v.add_bos;
-  c["add_eos_token"] = v.add_eos;
-  c["add_space_prefix"] = v.add_space_prefix;
-  if (!v.chat_template.empty()) c["chat_template"] = v.chat_template;
-  c["tokenizer_class"] = "PreTrainedTokenizerFast";
-  return HfTokenizerFiles{std::move(top), c.dump(2) + "\n"};
+  return HfTokenizerFiles{std::move(top), config_json(v)};
 }
 
 VocabData vocab_from_directory(const std::string& dir) {
@@ -158,6 +363,32 @@ VocabData vocab_from_directory(const std::string& dir) {
                                  : std::string();
   return vocab_from_hf_tokenizer(read_text_file((d / "tokenizer.json").string(), "tokenizer.json", 256u << 20), config);
 }
+
+namespace {
+
+// Whether a SentencePiece-style tokenizer.json puts a "▁" before the text: a Metaspace
+// pre-tokenizer with prepend_scheme "first" / "always" (or add_prefix_space, older files), or a
+// Prepend("▁") normalizer (transformers 4's conversion of Llama 2).
+bool spm_prepends_space(const json& j) {
+  auto metaspace = [](const json& p) {
+    if (!p.is_object() || p.value("type", "") != "Metaspace") return false;
+    if (p.contains("prepend_scheme") && p["prepend_scheme"].is_string()) return p["prepend_scheme"] != "never";
+    return p.value("add_prefix_space", false);
+  };
+  auto prepend = [](const json& p) { return p.is_object() && p.value("type", "") == "Prepend"; };
+  auto any = [](const json& p, auto&& pred) {
+    if (pred(p)) return true;
+    for (const char* list : {"pretokenizers", "normalizers"})
+      if (p.is_object() && p.contains(list) && p[list].is_array())
+        for (const json& q : p[list])
+          if (pred(q)) return true;
+    return false;
+  };
+  return (j.contains("pre_tokenizer") && any(j["pre_tokenizer"], metaspace)) ||
+         (j.contains("normalizer") && any(j["normalizer"], prepend));
+}
+
+}  // namespace
 
 VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
   json j;
@@ -174,65 +405,87 @@ VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_v
   if (!m.contains("vocab") || !m["vocab"].is_object()) bad("model.vocab is not an object");
   const size_t n = m["vocab"].size();
   if (n == 0) bad("model.vocab is empty");
+  const bool byte_level = j.contains("pre_tokenizer") && contains_byte_level(j["pre_tokenizer"]);
   VocabData v;
-  v.model = "llama";
-  v.tokens.assign(n, std::string());
-  v.scores.assign(n, 0.0f);
-  v.types.assign(n, TokenType::Normal);
-  std::vector<bool> seen(n, false);
-  for (const auto& [piece, idv] : m["vocab"].items()) {
-    if (!idv.is_number_integer() || idv.get<int64_t>() < 0 || idv.get<int64_t>() >= static_cast<int64_t>(n))
-      bad("model.vocab[\"" + piece + "\"] = " + idv.dump() + " is not an id in [0, " + std::to_string(n) + ")");
-    const auto id = static_cast<size_t>(idv.get<int64_t>());
-    if (seen[id]) bad("id " + std::to_string(id) + " is used twice in model.vocab");
-    seen[id] = true;
-    v.tokens[id] = piece;
-    if (is_byte_piece(piece)) v.types[id] = TokenType::Byte;
-  }
-  std::unordered_map<std::string, int32_t> index;
-  index.reserve(n);
-  for (size_t i = 0; i < n; ++i) index.emplace(v.tokens[i], static_cast<int32_t>(i));
-  if (j.contains("added_tokens")) {
-    if (!j["added_tokens"].is_array()) bad("added_tokens is not an array");
-    for (const json& a : j["added_tokens"]) {
-      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
-        bad("an added_tokens entry lacks an integer id or a content string");
-      const int64_t id = a["id"].get<int64_t>();
-      if (id < 0 || id >= static_cast<int64_t>(n) || v.tokens[static_cast<size_t>(id)] != a["content"].get<std::string>())
-        bad("added token " + a["content"].dump() + " (id " + std::to_string(id) + ") is not that entry of model.vocab");
-      v.types[static_cast<size_t>(id)] = a.value("special", false) ? TokenType::Control : TokenType::UserDefined;
+  std::unordered_map<std::string, int32_t> index;  // piece -> id
+  if (byte_level) {
+    v = byte_level_vocab(j, m);
+    index.reserve(v.tokens.size());
+    for (size_t i = 0; i < v.tokens.size(); ++i) index.emplace(v.tokens[i], static_cast<int32_t>(i));
+  } else {
+    v.model = "llama";
+    v.tokens.assign(n, std::string());
+    v.scores.assign(n, 0.0f);
+    v.types.assign(n, TokenType::Normal);
+    std::vector<bool> seen(n, false);
+    // Added tokens may extend model.vocab (transformers 5 writes <|endoftext|> ... past its end).
+    size_t n_all = n;
+    if (j.contains("added_tokens") && j["added_tokens"].is_array())
+      for (const json& a : j["added_tokens"])
+        if (a.is_object() && a.contains("id") && a["id"].is_number_integer() && a["id"].get<int64_t>() >= static_cast<int64_t>(n) &&
+            a["id"].get<int64_t>() < static_cast<int64_t>(n) + static_cast<int64_t>(j["added_tokens"].size()))
+          n_all = std::max(n_all, static_cast<size_t>(a["id"].get<int64_t>()) + 1);
+    v.tokens.resize(n_all);
+    v.scores.resize(n_all, 0.0f);
+    v.types.resize(n_all, TokenType::Normal);
+    for (const auto& [piece, idv] : m["vocab"].items()) {
+      if (!idv.is_number_integer() || idv.get<int64_t>() < 0 || idv.get<int64_t>() >= static_cast<int64_t>(n))
+        bad("model.vocab[\"" + piece + "\"] = " + idv.dump() + " is not an id in [0, " + std::to_string(n) + ")");
+      const auto id = static_cast<size_t>(idv.get<int64_t>());
+      if (seen[id]) bad("id " + std::to_string(id) + " is used twice in model.vocab");
+      seen[id] = true;
+      v.tokens[id] = piece;
+      if (is_byte_piece(piece)) v.types[id] = TokenType::Byte;
     }
-  }
-  // Scores from merge ranks: the first merge producing a piece gives it -rank.
-  std::vector<bool> scored(n, false);
-  if (m.contains("merges")) {
-    if (!m["merges"].is_array()) bad("model.merges is not an array");
-    int64_t rank = 0;
-    for (const json& mg : m["merges"]) {
-      std::string l, r;
-      if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
-        l = mg[0].get<std::string>();
-        r = mg[1].get<std::string>();
-      } else if (mg.is_string()) {  // the older "left right" form
-        const std::string s = mg.get<std::string>();
-        const size_t sp = s.find(' ');
-        if (sp == std::string::npos) bad("merge " + mg.dump() + " is not \"left right\"");
-        l = s.substr(0, sp);
-        r = s.substr(sp + 1);
-      } else {
-        bad("merge " + std::to_string(rank) + " is neither [left, right] nor \"left right\"");
+    index.reserve(n);
+    for (size_t i = 0; i < n; ++i) index.emplace(v.tokens[i], static_cast<int32_t>(i));
+    if (j.contains("added_tokens")) {
+      if (!j["added_tokens"].is_array()) bad("added_tokens is not an array");
+      for (const json& a : j["added_tokens"]) {
+        if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
+          bad("an added_tokens entry lacks an integer id or a content string");
+        const int64_t id = a["id"].get<int64_t>();
+        const std::string content = a["content"].get<std::string>();
+        if (id >= static_cast<int64_t>(n) && id < static_cast<int64_t>(n_all) && v.tokens[static_cast<size_t>(id)].empty()) {
+          v.tokens[static_cast<size_t>(id)] = content;  // an added token past model.vocab
+          index.emplace(content, static_cast<int32_t>(id));
+        } else if (id < 0 || id >= static_cast<int64_t>(n) || v.tokens[static_cast<size_t>(id)] != content) {
+          bad("added token " + a["content"].dump() + " (id " + std::to_string(id) + ") is not that entry of model.vocab");
+        }
+        v.types[static_cast<size_t>(id)] = a.value("special", false) ? TokenType::Control : TokenType::UserDefined;
       }
-      const auto it = index.find(l + r);
-      if (it == index.end() || !index.count(l) || !index.count(r))
-        bad("merge " + std::to_string(rank) + " (\"" + l + "\", \"" + r + "\") names a piece that is not in model.vocab");
-      const auto id = static_cast<size_t>(it->second);
-      if (!scored[id]) {
-        scored[id] = true;
-        v.scores[id] = -static_cast<float>(rank);
-      }
-      ++rank;
     }
-  }
+    // Scores from merge ranks: the first merge producing a piece gives it -rank.
+    std::vector<bool> scored(n, false);
+    if (m.contains("merges")) {
+      if (!m["merges"].is_array()) bad("model.merges is not an array");
+      int64_t rank = 0;
+      for (const json& mg : m["merges"]) {
+        std::string l, r;
+        if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+          l = mg[0].get<std::string>();
+          r = mg[1].get<std::string>();
+        } else if (mg.is_string()) {  // the older "left right" form
+          const std::string s = mg.get<std::string>();
+          const size_t sp = s.find(' ');
+          if (sp == std::string::npos) bad("merge " + mg.dump() + " is not \"left right\"");
+          l = s.substr(0, sp);
+          r = s.substr(sp + 1);
+        } else {
+          bad("merge " + std::to_string(rank) + " is neither [left, right] nor \"left right\"");
+        }
+        const auto it = index.find(l + r);
+        if (it == index.end() || !index.count(l) || !index.count(r))
+          bad("merge " + std::to_string(rank) + " (\"" + l + "\", \"" + r + "\") names a piece that is not in model.vocab");
+        const auto id = static_cast<size_t>(it->second);
+        if (!scored[id]) {
+          scored[id] = true;
+          v.scores[id] = -static_cast<float>(rank);
+        }
+        ++rank;
+      }
+    }
+  }  // SentencePiece-converted BPE
   if (!tokenizer_config_json.empty()) {
     json c;
     try {
@@ -268,6 +521,7 @@ VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_v
       }
     }
   }
+  if (!byte_level && spm_prepends_space(j)) v.add_space_prefix = true;
   if (m.contains("unk_token") && m["unk_token"].is_string() && v.unk_id < 0) {
     const auto it = index.find(m["unk_token"].get<std::string>());
     if (it != index.end()) v.unk_id = it->second;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "formats/gguf.h"
+#include "tokenizer/bpe.h"
 #include "tokenizer/vocab_impl.h"
 #include "util/error.h"
 
@@ -73,9 +74,12 @@ void Tokenizer::Impl::check_id(int32_t id, const char* what) const {
 }
 
 Tokenizer::Tokenizer(VocabData vocab) {
-  if (vocab.model != "llama")
+  if (vocab.model != "llama" && vocab.model != "gpt2")
     throw Error(ErrorKind::Unsupported, "tokenizer: tokenizer.ggml.model '" + vocab.model +
-                                            "' is not supported (only 'llama', SentencePiece-style)");
+                                            "' is not supported (only 'llama', SentencePiece-style, and "
+                                            "'gpt2', byte-level BPE)");
+  const bool is_bpe = vocab.model == "gpt2";
+  if (is_bpe) bpe::pre_info(vocab.pre);  // an unknown pre fails before the tables are built
   auto impl = std::make_shared<Impl>();
   impl->v = std::move(vocab);
   VocabData& v = impl->v;
@@ -115,7 +119,7 @@ Tokenizer::Tokenizer(VocabData vocab) {
                                                   " duplicates the text of token " + std::to_string(it->second));
     switch (v.types[i]) {
       case TokenType::Normal:
-        impl->pieces[i] = unescape_spaces(t);
+        impl->pieces[i] = is_bpe ? bpe::decode_token_text(t) : unescape_spaces(t);
         break;
       case TokenType::Byte: {
         int b = parse_byte_piece(t);
@@ -160,6 +164,7 @@ Tokenizer::Tokenizer(VocabData vocab) {
   std::sort(impl->special_lengths.begin(), impl->special_lengths.end());
   impl->special_lengths.erase(std::unique(impl->special_lengths.begin(), impl->special_lengths.end()),
                               impl->special_lengths.end());
+  if (is_bpe) impl->bpe = bpe::build(impl->v);
   impl_ = std::move(impl);
 }
 
@@ -193,15 +198,21 @@ VocabData vocab_from_gguf(const GgufFile& g) {
     v.types.assign(n, TokenType::Normal);
   }
   if (auto merges = g.get_string_array("tokenizer.ggml.merges")) v.merges = std::move(*merges);
+  v.pre = g.get_string("tokenizer.ggml.pre").value_or("");
   v.bos_id = read_id(g, "tokenizer.ggml.bos_token_id");
   v.eos_id = read_id(g, "tokenizer.ggml.eos_token_id");
   v.eot_id = read_id(g, "tokenizer.ggml.eot_token_id");
   v.pad_id = read_id(g, "tokenizer.ggml.padding_token_id");
   v.unk_id = read_id(g, "tokenizer.ggml.unknown_token_id");
-  // llama.cpp defaults for SPM: add_bos true, add_eos false, add_space_prefix true.
-  v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
+  // llama.cpp defaults for SPM: add_bos true, add_eos false, add_space_prefix true. For BPE
+  // ("gpt2"): add_space_prefix false, add_bos true only for the Llama 3 pre names (an unknown
+  // pre is left for the Tokenizer to refuse).
+  const bool is_spm = v.model != "gpt2";
+  const auto pre = bpe::find_pre_info(v.pre);
+  const bool bpe_add_bos = pre && pre->add_bos;
+  v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token").value_or(is_spm ? true : bpe_add_bos);
   v.add_eos = g.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
-  v.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  v.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix").value_or(is_spm);
   v.chat_template = g.get_string("tokenizer.chat_template").value_or("");
   for (auto [id, key] : {std::pair{v.bos_id, "bos_token_id"}, {v.eos_id, "eos_token_id"}, {v.eot_id, "eot_token_id"},
                          {v.pad_id, "padding_token_id"}, {v.unk_id, "unknown_token_id"}}) {
@@ -225,6 +236,7 @@ void vocab_to_gguf(const VocabData& v, GgufWriter& w) {
   for (size_t i = 0; i < n; ++i) types[i] = static_cast<int32_t>(v.types[i]);
   w.set("tokenizer.ggml.token_type", GgufValue::i32_array(types));
   if (!v.merges.empty()) w.set("tokenizer.ggml.merges", GgufValue::string_array(v.merges));
+  if (!v.pre.empty()) w.set("tokenizer.ggml.pre", GgufValue::str(v.pre));
   for (auto [id, key] : {std::pair{v.bos_id, "bos_token_id"}, {v.eos_id, "eos_token_id"}, {v.eot_id, "eot_token_id"},
                          {v.pad_id, "padding_token_id"}, {v.unk_id, "unknown_token_id"}}) {
     if (id >= 0) w.set(std::string("tokenizer.ggml.") + key, GgufValue::u32(static_cast<uint32_t>(id)));
@@ -300,6 +312,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
     else
       out += p;
   }
+  if (m.bpe && bpe::info(*m.bpe).clean_spaces) bpe::clean_spaces(out);
   return out;
 }
 

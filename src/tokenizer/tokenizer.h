@@ -13,6 +13,13 @@
 //      `<0xXX>` byte-fallback tokens when the symbol is not in the vocabulary.
 // Vocabulary fields: ggml/docs/gguf.md "tokenizer.ggml.*" (tokens, scores, token_type, *_token_id,
 // add_bos_token, add_eos_token, add_space_prefix).
+//
+// Byte-level BPE (tokenizer.ggml.model "gpt2": GPT-2, Llama 3, Qwen2) follows llama.cpp's
+// LLAMA_VOCAB_TYPE_BPE path: the same special-token partition, then per raw fragment the
+// pre-tokenizer regex split chosen by tokenizer.ggml.pre, GPT-2's bytes_to_unicode on each word's
+// bytes, and BPE merges by rank (tokenizer.ggml.merges order); details in bpe.h. No space prefix;
+// decode maps NORMAL pieces back through unicode_to_bytes and, for pres other than qwen2, applies
+// llama.cpp's clean_spaces passes.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +49,8 @@ enum class TokenType : int32_t {
 /// vocab_from_gguf for GGUF), and what tests build by hand. `tokens`, `scores` and `types` are
 /// indexed by token id and must have equal length. Special ids are -1 when absent.
 struct VocabData {
-  std::string model = "llama";      ///< tokenizer.ggml.model: "llama" = SentencePiece (the one Tokenizer runs)
+  std::string model = "llama";      ///< tokenizer.ggml.model: "llama" = SentencePiece, "gpt2" = byte-level BPE
+  std::string pre;                  ///< tokenizer.ggml.pre (BPE pre-tokenizer: "llama-bpe", "qwen2", "gpt-2", ...); "" when absent
   std::vector<std::string> tokens;  ///< piece text; SPM pieces use U+2581 for a space
   std::vector<float> scores;        ///< merge priority (higher merges first); log-probabilities
   std::vector<TokenType> types;
@@ -59,27 +67,32 @@ struct VocabData {
 };
 
 /// Read `tokenizer.ggml.*` and `tokenizer.chat_template` from a GGUF file, any tokenizer model.
-/// Missing scores default to 0, missing types to Normal, add_bos/add_space_prefix to true (as
-/// llama.cpp does for SPM). Errors: NotFound for a missing tokenizer.ggml.model or tokens array;
-/// Format for a scores / token_type array of another length, a special id out of range or a
-/// value of the wrong type.
+/// Missing scores default to 0, missing types to Normal; add_bos/add_space_prefix default as
+/// llama.cpp's loader does: for "llama" (SPM) both true; for "gpt2" add_space_prefix false and
+/// add_bos true only for the Llama 3 pre names (llama3, llama-v3, llama-bpe). tokenizer.ggml.pre
+/// and tokenizer.ggml.merges are read when present. Errors: NotFound for a missing
+/// tokenizer.ggml.model or tokens array; Format for a scores / token_type array of another
+/// length, a special id out of range or a value of the wrong type.
 VocabData vocab_from_gguf(const GgufFile& gguf);
 
 /// The inverse: write `vocab` into `w` as the metadata vocab_from_gguf reads (tokenizer.ggml.*
 /// and tokenizer.chat_template; every flag written explicitly, special ids only when >= 0,
-/// merges only when present), so vocab_from_gguf on the written file gives `vocab` back, field
+/// merges and pre only when present), so vocab_from_gguf on the written file gives `vocab` back, field
 /// for field. A vindex keeps its vocabulary this way in tokenizer.gguf (docs/vindex-format.md):
 /// ~50 ms to load where tokenizer.json's JSON takes over a second. Errors: InvalidArgument if
 /// the arrays differ in length.
 void vocab_to_gguf(const VocabData& vocab, GgufWriter& w);
 
-/// An immutable SPM tokenizer. Cheap to copy (the tables are shared); thread-safe for concurrent
-/// const use.
+/// An immutable tokenizer: SentencePiece ("llama") or byte-level BPE ("gpt2"). Cheap to copy (the
+/// tables are shared); thread-safe for concurrent const use.
 class Tokenizer {
  public:
-  /// Build from plain data. Errors: Unsupported if vocab.model is not "llama" (SPM), naming it;
-  /// InvalidArgument if the arrays differ in length, the vocabulary is empty, a piece is empty
-  /// or duplicated (naming its id), or a special id is out of range.
+  /// Build from plain data. Errors: Unsupported if vocab.model is neither "llama" (SPM) nor
+  /// "gpt2" (byte-level BPE), or for "gpt2" a vocab.pre larql does not implement, naming it;
+  /// Format for "gpt2" without merges or with a merge that is not two pieces separated by a
+  /// space (naming tokenizer.ggml.merges[i]); InvalidArgument if the arrays differ in length,
+  /// the vocabulary is empty, a piece is empty or duplicated (naming its id), or a special id is
+  /// out of range.
   explicit Tokenizer(VocabData vocab);
 
   /// Tokenizer(vocab_from_gguf(gguf)): errors of both.
@@ -90,17 +103,22 @@ class Tokenizer {
   /// add_eos) — llama.cpp's `add_special`. parse_special: also match CONTROL tokens such as
   /// "<start_of_turn>" in the text (USER_DEFINED tokens are always matched).
   /// Runs in O(n log n) in the text length n (plus one hash probe per position and distinct
-  /// special-token length). Errors: Unsupported if a byte needs a fallback token and the
-  /// vocabulary has neither `<0xXX>`, the one-byte piece, nor an unk id.
+  /// special-token length). Errors: Unsupported (SPM only) if a byte needs a fallback token and
+  /// the vocabulary has neither `<0xXX>`, the one-byte piece, nor an unk id. BPE: a symbol with
+  /// no token emits the one-byte tokens of its bytes that exist, as llama.cpp does (never with
+  /// a complete byte alphabet).
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
 
   /// Token ids -> text: the concatenation of token_to_piece(id). skip_special drops CONTROL and
   /// UNKNOWN tokens (llama.cpp detokenize with unparse_special = false). With add_space_prefix
-  /// the first piece loses one leading space. Errors: InvalidArgument on an id out of range.
+  /// the first piece loses one leading space. BPE vocabularies whose pre-tokenizer is not qwen2
+  /// then get llama.cpp's clean_spaces passes (" ," -> ","; " 's" -> "'s", ...), as
+  /// llama_detokenize does. Errors: InvalidArgument on an id out of range.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 
   /// The bytes a token stands for (llama.cpp token_to_piece with special = true): NORMAL pieces
-  /// with U+2581 -> ' '; BYTE tokens `<0xXX>` -> that single byte; CONTROL / UNKNOWN /
+  /// with U+2581 -> ' ' (SPM) or through GPT-2's unicode_to_bytes (BPE); BYTE tokens `<0xXX>` ->
+  /// that single byte; CONTROL / UNKNOWN /
   /// USER_DEFINED -> their text verbatim; UNUSED / UNDEFINED -> "". Not necessarily valid UTF-8.
   /// Errors: InvalidArgument if id is outside [0, vocab_size()).
   std::string token_to_piece(int32_t id) const;

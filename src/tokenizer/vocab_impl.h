@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -12,8 +13,14 @@
 
 namespace larql {
 
+namespace bpe {
+struct State;
+}
+
 struct Tokenizer::Impl {
   VocabData v;
+  /// Byte-level BPE tables (model "gpt2", bpe.h); null for SentencePiece.
+  std::shared_ptr<const bpe::State> bpe;
   /// piece text -> id; keys view into v.tokens (Impl never moves: it lives behind shared_ptr).
   std::unordered_map<std::string_view, int32_t> by_text;
   /// token_to_piece() result per id, precomputed.

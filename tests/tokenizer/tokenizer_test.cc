@@ -251,11 +251,19 @@ TEST(Tokenizer, FromGguf) {
 
 TEST(Tokenizer, FromGgufRejectsOtherModels) {
   try {
-    Tokenizer::from_gguf(*vocab_gguf("gpt2"));
+    Tokenizer::from_gguf(*vocab_gguf("t5"));
     FAIL() << "expected Error{Unsupported}";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("gpt2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("t5"), std::string::npos) << e.what();
+  }
+  // "gpt2" (byte-level BPE, tests/tokenizer/bpe_test.cc) is accepted, but not without merges.
+  try {
+    Tokenizer::from_gguf(*vocab_gguf("gpt2"));
+    FAIL() << "expected Error{Format}";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Format);
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.merges"), std::string::npos) << e.what();
   }
 }
 
