@@ -34,21 +34,31 @@ struct BenchArgs {
   std::vector<int64_t> batch;  ///< --batch 1,2,4,8,16: aggregate decode of that many standard sequences at once
 };
 
-// Weight bytes one decode step reads: every layer matrix and the lm_head (tied or not).
-double decode_bytes_per_token(const ModelWeights& w) {
+// Each layer matrix one token reads, with the share of tokens that read it: 1 for dense ones, for
+// a mixture of experts n_experts_used / n_experts per expert (its expected share).
+template <typename F>
+void each_matrix(const ModelConfig& c, const ModelWeights& w, F&& f) {
+  const double share = c.n_experts > 0 ? static_cast<double>(c.n_experts_used) / static_cast<double>(c.n_experts) : 1.0;
+  for (const LayerWeights& l : w.layers) {
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.shexp_gate,
+                                &l.shexp_up, &l.shexp_down})
+      f(*t, 1.0);
+    for (const auto* v : {&l.exp_gate, &l.exp_up, &l.exp_down})
+      for (const TensorView& t : *v) f(t, share);
+  }
+}
+
+// Weight bytes one decode step reads: every layer matrix (experts by their share) and the lm_head.
+double decode_bytes_per_token(const ModelConfig& c, const ModelWeights& w) {
   double b = static_cast<double>(w.lm_head.rows) * w.lm_head.row_bytes;
-  for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      b += static_cast<double>(t->rows) * t->row_bytes;
+  each_matrix(c, w, [&](const TensorView& t, double share) { b += share * static_cast<double>(t.rows) * t.row_bytes; });
   return b;
 }
 
 // int8 operations (2 per multiply-add) of one prompt token through the layer matrices.
-double prefill_ops_per_token(const ModelWeights& w) {
+double prefill_ops_per_token(const ModelConfig& c, const ModelWeights& w) {
   double ops = 0;
-  for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      ops += 2.0 * static_cast<double>(t->rows) * t->cols;
+  each_matrix(c, w, [&](const TensorView& t, double share) { ops += share * 2.0 * static_cast<double>(t.rows) * t.cols; });
   return ops;
 }
 
@@ -226,7 +236,8 @@ void run(const BenchArgs& a) {
   if (a.roofline) {
     const double bw = compute::read_bandwidth(l.forward->pool());
     const compute::Int8Peak peak = compute::int8_peak(l.forward->pool());
-    const double bytes = decode_bytes_per_token(l.model->weights()), ops = prefill_ops_per_token(l.model->weights());
+    const ModelConfig& mc = l.model->config();
+    const double bytes = decode_bytes_per_token(mc, l.model->weights()), ops = prefill_ops_per_token(mc, l.model->weights());
     roof = {{"read_bytes_per_s", bw}, {"decode_bytes_per_token", bytes}, {"decode_bound_tok_s", bw / bytes},
             {"int8_ops_per_s", peak.ops_per_s}, {"int8_isa", peak.isa}, {"prefill_ops_per_token", ops},
             {"prefill_bound_tok_s", peak.ops_per_s > 0 ? peak.ops_per_s / ops : 0.0}};

@@ -25,13 +25,15 @@ namespace {
 
 // cos/sin of every rotation angle at one position: row[i] = cos theta_i, row[half + i] =
 // sin theta_i, computed exactly as rope_neox defines them (double, then rounded to float).
-void rope_angles(int64_t pos, int64_t head_dim, double base, double freq_scale, float* row) {
+void rope_angles(int64_t pos, int64_t head_dim, double base, double freq_scale, const float* factors, double mscale,
+                 float* row) {
   const int64_t half = head_dim / 2;
   const double p = static_cast<double>(pos) * freq_scale;
   for (int64_t i = 0; i < half; ++i) {
-    const double theta = p * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    row[i] = static_cast<float>(std::cos(theta));
-    row[half + i] = static_cast<float>(std::sin(theta));
+    double theta = p * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    if (factors != nullptr) theta /= static_cast<double>(factors[i]);
+    row[i] = static_cast<float>(std::cos(theta) * mscale);
+    row[half + i] = static_cast<float>(std::sin(theta) * mscale);
   }
 }
 
@@ -40,22 +42,29 @@ void rope_angles(int64_t pos, int64_t head_dim, double base, double freq_scale, 
 // values, computed once. Up to head_dim floats per position and table.
 constexpr int64_t kRopeTablePositions = 8192;
 
-const float* rope_table_row(int64_t pos, int64_t head_dim, double base, double freq_scale) {
+const float* rope_table_row(int64_t pos, int64_t head_dim, double base, double freq_scale, const float* factors,
+                           double mscale) {
   struct Table {
-    double base, scale;
+    double base, scale, mscale;
     int64_t head_dim, rows;
+    std::vector<float> factors;  // a copy: tables outlive the model that passed them
     std::vector<float> v;
   };
   thread_local std::vector<Table> tables;
   if (pos >= kRopeTablePositions) return nullptr;
+  const size_t nf = factors != nullptr ? static_cast<size_t>(head_dim / 2) : 0;
   Table* t = nullptr;
   for (auto& x : tables)
-    if (x.base == base && x.scale == freq_scale && x.head_dim == head_dim) t = &x;
-  if (t == nullptr) t = &tables.emplace_back(Table{base, freq_scale, head_dim, 0, {}});
+    if (x.base == base && x.scale == freq_scale && x.mscale == mscale && x.head_dim == head_dim && x.factors.size() == nf &&
+        std::equal(x.factors.begin(), x.factors.end(), factors))
+      t = &x;
+  if (t == nullptr)
+    t = &tables.emplace_back(Table{base, freq_scale, mscale, head_dim, 0, std::vector<float>(factors, factors + nf), {}});
   if (pos >= t->rows) {
     const int64_t rows = std::min(kRopeTablePositions, std::max<int64_t>({pos + 1, 2 * t->rows, 64}));
     t->v.resize(static_cast<size_t>(rows * head_dim));
-    for (int64_t r = t->rows; r < rows; ++r) rope_angles(r, head_dim, base, freq_scale, t->v.data() + r * head_dim);
+    const float* f = t->factors.empty() ? nullptr : t->factors.data();
+    for (int64_t r = t->rows; r < rows; ++r) rope_angles(r, head_dim, base, freq_scale, f, mscale, t->v.data() + r * head_dim);
     t->rows = rows;
   }
   return t->v.data() + pos * head_dim;
@@ -63,20 +72,21 @@ const float* rope_table_row(int64_t pos, int64_t head_dim, double base, double f
 
 // The [cos | sin] row of `pos` (head_dim floats): the per-thread table's below
 // kRopeTablePositions, else computed into `own`.
-const float* rope_cos_sin(int64_t pos, int64_t head_dim, double base, double freq_scale, std::vector<float>& own) {
-  if (const float* row = rope_table_row(pos, head_dim, base, freq_scale)) return row;
+const float* rope_cos_sin(int64_t pos, int64_t head_dim, double base, double freq_scale, const float* factors,
+                          double mscale, std::vector<float>& own) {
+  if (const float* row = rope_table_row(pos, head_dim, base, freq_scale, factors, mscale)) return row;
   own.resize(static_cast<size_t>(head_dim));
-  rope_angles(pos, head_dim, base, freq_scale, own.data());
+  rope_angles(pos, head_dim, base, freq_scale, factors, mscale, own.data());
   return own.data();
 }
 
 }  // namespace
 
-void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base,
-               double freq_scale) {
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale,
+               const float* factors, double mscale) {
   const int64_t half = head_dim / 2;
   std::vector<float> own;
-  const float* c = rope_cos_sin(pos, head_dim, base, freq_scale, own);
+  const float* c = rope_cos_sin(pos, head_dim, base, freq_scale, factors, mscale, own);
   const float* s = c + half;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
@@ -93,10 +103,11 @@ void add_bias_rows(float* x, const float* b, int64_t rows, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[r * n + i] += b[i];
 }
 
-void rope_adjacent(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale) {
+void rope_adjacent(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale,
+                   const float* factors, double mscale) {
   const int64_t half = head_dim / 2;
   std::vector<float> own;
-  const float* c = rope_cos_sin(pos, head_dim, base, freq_scale, own);
+  const float* c = rope_cos_sin(pos, head_dim, base, freq_scale, factors, mscale, own);
   const float* s = c + half;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
@@ -136,6 +147,17 @@ void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* 
   if (n < 2 * kGrain) return gelu_tanh_mul(gate, up, out, n);
   pool.parallel_for(
       n, [&](int64_t b, int64_t e) { simd_kernels().gelu_tanh_mul(gate + b, up + b, out + b, e - b); }, kGrain);
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) { simd_kernels().silu_mul(gate, up, out, n); }
+
+void silu_mul(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
+  constexpr int64_t kGrain = 16384;  // as gelu_tanh_mul
+  if (n < 2 * kGrain) return silu_mul(gate, up, out, n);
+  pool.parallel_for(
+      n, [&](int64_t b, int64_t e) { simd_kernels().silu_mul(gate + b, up + b, out + b, e - b); }, kGrain);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) { simd_kernels().axpy(a, x, y, n); }

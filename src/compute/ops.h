@@ -22,21 +22,25 @@ void rmsnorm_rows(float* x, const float* w, int64_t rows, int64_t n, float eps);
 /// Rotary position embedding, NeoX/split-half pairing (dimension i rotates with i + d/2),
 /// as in Su et al. 2021 "RoFormer" and HF's rotate_half. Applied in place to `n_heads` heads of
 /// `head_dim` values at absolute position `pos`.
-/// theta_i = (pos * freq_scale) * base^(-2i/head_dim); freq_scale = 1/factor for linear scaling.
+/// theta_i = (pos * freq_scale) * base^(-2i/head_dim) / factors[i]; freq_scale = 1/factor for
+/// linear scaling; `factors` ([head_dim / 2], or nullptr for all 1) are per-frequency divisors
+/// (Llama 3.1's rope_freqs, Phi-3's LongRoPE factors; llama.cpp ggml_rope_ext's freq_factors);
+/// cos and sin are multiplied by `mscale` (LongRoPE's attention factor; ggml's attn_factor).
 /// Angles are computed in double, then rounded to float; positions below 8192 are served from a
-/// per-thread table of those same values (filled once per base, scale and head_dim).
-void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base,
-               double freq_scale);
+/// per-thread table of those same values (filled once per base, scale, head_dim and factors).
+void rope_neox(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale,
+               const float* factors = nullptr, double mscale = 1.0);
 
 /// x[r * n + i] += b[i] for r in [0, rows), i in [0, n): a bias added to each row.
 void add_bias_rows(float* x, const float* b, int64_t rows, int64_t n);
 
 /// Rotary position embedding, adjacent-pair form (dimension 2i rotates with 2i + 1), as in Su et
 /// al. 2021 eq. 34 and Meta's Llama reference (complex pairs), llama.cpp's LLAMA_ROPE_TYPE_NORM.
-/// Same angles as rope_neox: theta_i = (pos * freq_scale) * base^(-2i/head_dim), and the same
+/// Same angles as rope_neox: theta_i = (pos * freq_scale) * base^(-2i/head_dim) / factors[i], and the same
 /// per-thread table. In place on `n_heads` heads of `head_dim` (even) values:
 ///   x'[2i] = x[2i] cos theta_i - x[2i+1] sin theta_i;  x'[2i+1] = x[2i] sin theta_i + x[2i+1] cos theta_i.
-void rope_adjacent(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale);
+void rope_adjacent(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, double base, double freq_scale,
+                   const float* factors = nullptr, double mscale = 1.0);
 
 /// Numerically stable softmax in place over n values (max subtracted; exp by the SIMD Cephes
 /// polynomial, ~1 ulp; sum in double, in a fixed order for a given n).
@@ -61,6 +65,16 @@ float gelu_tanh(float x);
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
 /// The same, split across the pool for long inputs (prefill); identical outputs.
 void gelu_tanh_mul(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
+
+/// SiLU (Elfwing et al. 2018; "swish" in Ramachandran et al. 2017): x / (1 + exp(-x)).
+float silu(float x);
+
+/// out[i] = silu(gate[i]) * up[i] for n values (the SwiGLU FFN of Shazeer 2020, "GLU Variants
+/// Improve Transformer"), vectorised with the SIMD exp (within ~2e-7 relative of silu). Each
+/// output depends on its own inputs alone.
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+/// The same, split across the pool for long inputs (prefill); identical outputs.
+void silu_mul(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
 
 /// y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);

@@ -33,6 +33,13 @@ void gelu_tanh_mul_scalar(const float* gate, const float* up, float* out, int64_
   }
 }
 
+void silu_mul_scalar(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float mx = -gate[i];
+    out[i] = gate[i] / (1.0f + (mx > 88.0f ? INFINITY : std::exp(mx))) * up[i];
+  }
+}
+
 double sum_squares_scalar(const float* x, int64_t n) {
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
@@ -68,7 +75,7 @@ int64_t argmax_scalar(const float* x, int64_t n) {
   return best;
 }
 
-const SimdKernels kScalar{axpy_scalar,        dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar,
+const SimdKernels kScalar{axpy_scalar,        dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar, silu_mul_scalar,
                           sum_squares_scalar, scale_mul_scalar, sum_scalar,   max_scalar,
                           scale_scalar,       argmax_scalar,    dot_rows_scalar, axpy_rows_scalar};
 

@@ -16,6 +16,9 @@ struct SimdKernels {
   /// u = sqrt(2/pi) (x + 0.044715 x^3) (the same function: 0.5 (1 + tanh u) = 1 / (1 + e^-2u)).
   /// Position-independent like exp_shifted.
   void (*gelu_tanh_mul)(const float* gate, const float* up, float* out, int64_t n);
+  /// out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)) with the same exp.
+  /// Position-independent like exp_shifted.
+  void (*silu_mul)(const float* gate, const float* up, float* out, int64_t n);
   /// sum x[i]^2 in double (a fixed order for a given n).
   double (*sum_squares)(const float* x, int64_t n);
   /// y[i] = (x[i] * s) * w[i] (two float roundings, as the scalar expression).

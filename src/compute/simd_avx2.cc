@@ -149,6 +149,15 @@ void gelu_tanh_mul_avx2(const float* gate, const float* up, float* out, int64_t 
   });
 }
 
+void silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+  map8(n, [&](int64_t i, int k) {
+    const __m256 x = load_part(gate + i, k);
+    const __m256 g = _mm256_div_ps(x, _mm256_add_ps(one, exp256(_mm256_xor_ps(x, sign))));
+    store_part(out + i, _mm256_mul_ps(g, load_part(up + i, k)), k);
+  });
+}
+
 // Four double accumulators of 4 lanes over 16 floats, then a fixed pairwise sum; scalar tail.
 double sum_squares_avx2(const float* x, int64_t n) {
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), a2 = _mm256_setzero_pd(), a3 = _mm256_setzero_pd();
@@ -246,7 +255,7 @@ int64_t argmax_avx2(const float* x, int64_t n) {
   return 0;  // not reached: m is one of the values
 }
 
-const SimdKernels kAvx2{axpy_avx2,        dot_avx2,       exp_shifted_avx2, gelu_tanh_mul_avx2,
+const SimdKernels kAvx2{axpy_avx2,        dot_avx2,       exp_shifted_avx2, gelu_tanh_mul_avx2, silu_mul_avx2,
                         sum_squares_avx2, scale_mul_avx2, sum_avx2,         max_avx2,
                         scale_avx2,       argmax_avx2,    dot_rows_avx2, axpy_rows_avx2};
 

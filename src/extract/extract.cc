@@ -20,6 +20,7 @@
 
 #include "compute/top_k_rows.h"
 #include "formats/gguf.h"
+#include "model/arch.h"
 #include "model/config_json.h"
 #include "model/vindex_source.h"
 #include "quant/quant.h"
@@ -85,7 +86,15 @@ const char* weights_file(TensorRole r) {
     case TensorRole::Output: return "embed_weights.bin";
     case TensorRole::FfnGate:
     case TensorRole::FfnUp:
-    case TensorRole::FfnDown: return "ffn_weights.bin";
+    case TensorRole::FfnDown:
+    case TensorRole::FfnGateInp:
+    case TensorRole::FfnGateExps:
+    case TensorRole::FfnUpExps:
+    case TensorRole::FfnDownExps:
+    case TensorRole::FfnGateInpShexp:
+    case TensorRole::FfnGateShexp:
+    case TensorRole::FfnUpShexp:
+    case TensorRole::FfnDownShexp: return "ffn_weights.bin";
     case TensorRole::AttnQ:
     case TensorRole::AttnK:
     case TensorRole::AttnV:
@@ -264,6 +273,10 @@ bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 
 }  // namespace
 
 ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt) {
+  if (model.config().n_experts > 0)
+    throw Error(ErrorKind::Unsupported, "extract: " + model.path() + " is a mixture-of-experts model (" +
+                                            std::to_string(model.config().n_experts) +
+                                            " experts a layer); its vindex is not built yet");
   const auto t0 = std::chrono::steady_clock::now();
   const bool weights = opt.level >= vindex::ExtractLevel::Attention;
   if (weights && opt.quant != "keep" && opt.quant != "none" && opt.quant != "q4k")
@@ -364,7 +377,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     x.quant = weights ? opt.quant : "none";
     x.has_model_weights = weights;
     x.down_top_k = opt.down_top_k;
-    x.layer_bands = vindex::default_layer_bands(c.arch, c.n_layers);
+    x.layer_bands = layer_bands_of(c.arch, c.n_layers);
     x.model_config_json = config_to_json(c);
     {
       const uint64_t per_value = static_cast<uint64_t>(vindex::dtype_size(opt.dtype));

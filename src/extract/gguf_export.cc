@@ -1,6 +1,6 @@
 // GGUF export (extract/gguf_export.h). Keys and defaults: llama.cpp llama-model.cpp
 // load_hparams (LLM_ARCH_GEMMA3, LLM_ARCH_LLAMA) and gguf-py's constants (Keys.LLM, Keys.Attention,
-// Keys.Rope); the family files (model/gemma3.cc, model/llama.cc) read the same keys back.
+// Keys.Rope); the generic reader (model/config.cc config_from_gguf) reads the same keys back.
 #include "extract/gguf_export.h"
 
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <map>
 
 #include "formats/gguf.h"
-#include "model/family.h"
+#include "model/arch.h"
 #include "model/gguf_source.h"
 #include "model/vindex_source.h"
 #include "tokenizer/tokenizer.h"
@@ -40,17 +40,50 @@ struct Item {
   int64_t layer;
   std::string out_name;
   size_t rank;  ///< position in source.tensors() (storage order)
+  bool rope_freqs = false;  ///< the config's RoPE frequency factors, not a role's tensor
 };
 
 }  // namespace
 
 void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
-  if (c.arch != "gemma3" && c.arch != "llama")
+  const ArchRecord* rec = find_arch(c.arch);
+  if (rec == nullptr || !rec->exportable)
     throw Error(ErrorKind::Unsupported, "export: no GGUF metadata mapping for architecture '" + c.arch +
-                                            "' (this build exports gemma3 and llama)");
+                                            "' (fused tensors are not re-fused yet)");
   const std::string p = c.arch + ".";
   auto u32 = [&](const char* key, int64_t v) { w.set(p + key, GgufValue::u32(u32_of(v, p + key))); };
   auto f32 = [&](const char* key, double v) { w.set(p + key, GgufValue::f32(static_cast<float>(v))); };
+  // What the reader will rebuild from the keys written below must be this config.
+  const LayerConfig* global = nullptr;
+  const LayerConfig* sliding = nullptr;
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const LayerConfig& l = c.layers[i];
+    if (l.rope_form != rec->rope_form)
+      throw Error(ErrorKind::Unsupported,
+                  "export: layer " + std::to_string(i) + " pairs RoPE dimensions as " +
+                      (l.rope_form == RopeForm::NeoX ? "NeoX halves" : "adjacent pairs") + " but llama.cpp's " +
+                      c.arch + " uses the other form (a Hugging Face Llama checkpoint: llama.cpp's converter "
+                               "permutes its Q/K rows; export from a GGUF of it instead)");
+    if (l.sliding && !sliding) sliding = &l;
+    if (!l.sliding && !global) global = &l;
+  }
+  // The sliding layers as a pattern llama.cpp rebuilds: the family's, else one written out.
+  int64_t pattern = rec->swa_pattern;
+  if (sliding != nullptr) {
+    auto follows = [&](int64_t p) {
+      for (size_t i = 0; i < c.layers.size(); ++i)
+        if (c.layers[i].sliding != swa_layer_slides(p, static_cast<int64_t>(i))) return false;
+      return true;
+    };
+    if (!follows(pattern)) {
+      pattern = 0;
+      for (int64_t p = 1; p <= c.n_layers + 1 && pattern == 0; ++p)
+        if (follows(p)) pattern = p;
+    }
+    if (pattern == 0 || rec->swa_pattern == 0)
+      throw Error(ErrorKind::Unsupported, "export: the sliding layers of this " + c.arch +
+                                              " model follow no pattern llama.cpp applies");
+  }
   w.set("general.architecture", GgufValue::str(c.arch));
   if (!c.name.empty()) w.set("general.name", GgufValue::str(c.name));
   u32(k::kContextLength, c.context_length);
@@ -61,35 +94,27 @@ void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
   u32(k::kHeadCountKv, c.n_kv_heads);
   u32(k::kKeyLength, c.head_dim);
   u32(k::kValueLength, c.head_dim);
+  u32(k::kRopeDimensionCount, c.head_dim);
   f32(k::kRmsEpsilon, c.norm_eps);
-
   // Global layers carry rope.freq_base and the scaling; sliding ones rope.freq_base_swa.
-  const LayerConfig* global = nullptr;
-  const LayerConfig* sliding = nullptr;
-  for (const LayerConfig& l : c.layers) {
-    if (l.sliding && !sliding) sliding = &l;
-    if (!l.sliding && !global) global = &l;
-  }
-  if (global) {
-    f32(k::kRopeFreqBase, global->rope_base);
-    if (global->rope_freq_scale != 1.0) {
+  const LayerConfig* scaled = global ? global : sliding;
+  if (scaled) {
+    f32(k::kRopeFreqBase, scaled->rope_base);
+    if (scaled->rope_freq_scale != 1.0) {
       w.set(p + k::kRopeScalingType, GgufValue::str("linear"));
-      f32(k::kRopeScalingFactor, 1.0 / global->rope_freq_scale);
+      f32(k::kRopeScalingFactor, 1.0 / scaled->rope_freq_scale);
     }
   }
-  if (c.arch == "gemma3") {
-    if (sliding) {
-      u32(k::kSlidingWindow, sliding->window);
-      f32(k::kRopeFreqBaseSwa, sliding->rope_base);
-    }
-    // attn_scale = 1 / sqrt(query_pre_attn_scalar); the reader's default is head_dim.
-    if (c.attn_scale > 0) {
-      const double qpas = 1.0 / (static_cast<double>(c.attn_scale) * c.attn_scale);
-      if (std::fabs(qpas - static_cast<double>(c.head_dim)) > 1e-3 * static_cast<double>(c.head_dim))
-        f32(k::kQueryPreAttnScalar, qpas);
-    }
-  } else {
-    u32(k::kRopeDimensionCount, c.head_dim);
+  if (sliding) {
+    u32(k::kSlidingWindow, sliding->window);
+    if (pattern != rec->swa_pattern) u32("attention.sliding_window_pattern", pattern);
+    if (global == nullptr || sliding->rope_base != global->rope_base) f32(k::kRopeFreqBaseSwa, sliding->rope_base);
+  }
+  // attn_scale = 1 / sqrt(query_pre_attn_scalar); the reader's default is head_dim.
+  if (rec->attn_scale_from_query_pre_attn_scalar && c.attn_scale > 0) {
+    const double qpas = 1.0 / (static_cast<double>(c.attn_scale) * c.attn_scale);
+    if (std::fabs(qpas - static_cast<double>(c.head_dim)) > 1e-3 * static_cast<double>(c.head_dim))
+      f32(k::kQueryPreAttnScalar, qpas);
   }
   if (c.final_logit_softcap > 0) f32(k::kFinalLogitSoftcap, c.final_logit_softcap);
   if (c.attn_logit_softcap > 0) f32(k::kAttnLogitSoftcap, c.attn_logit_softcap);
@@ -112,10 +137,10 @@ ExportResult export_gguf(const WeightSource& source, const std::string& path, co
     throw Error(ErrorKind::NotFound, "export: output " + path + ": directory " + parent.string() + " does not exist");
 
   const ModelConfig& c = source.config();
-  const GgufFamily* fam = find_gguf_family(c.arch);
-  if (fam == nullptr)
-    throw Error(ErrorKind::Unsupported, "export: " + source.path() + ": no llama.cpp tensor names for architecture '" +
-                                            c.arch + "'");
+  const ArchRecord* rec = find_arch(c.arch);
+  if (rec == nullptr || !rec->exportable)
+    throw Error(ErrorKind::Unsupported, "export: " + source.path() + ": architecture '" + c.arch +
+                                            "' cannot be exported yet (its fused tensors are not re-fused)");
 
   // Storage order: each source name's position in tensors().
   const std::vector<SourceTensor> stored = source.tensors();
@@ -130,15 +155,20 @@ ExportResult export_gguf(const WeightSource& source, const std::string& path, co
     const bool per_layer = is_layer_role(role);
     for (int64_t l = per_layer ? 0 : -1; l < (per_layer ? c.n_layers : 0); ++l) {
       if (!source.tensor(role, l)) continue;
-      const std::string out = fam->tensor_name(role, l);
-      if (out.empty())
-        throw Error(ErrorKind::Unsupported, "export: " + source.path() + ": tensor " + source.tensor_name(role, l) +
-                                                " has no llama.cpp name in the " + c.arch + " family");
+      const std::string out = gguf_tensor_name(role, l);
       auto it = rank_of.find(source.tensor_name(role, l));
       const size_t rank = it == rank_of.end() ? stored.size() : it->second;
       if (rank < stored.size()) covered[rank] = true;
       items.push_back({role, l, out, rank});
     }
+  }
+  // Llama 3.1's RoPE frequency factors: a GGUF's own tensor, or written from the config.
+  constexpr const char* kRopeFreqs = "rope_freqs.weight";
+  const bool has_factors = !c.rope_freq_factors.empty();
+  if (has_factors) {
+    const auto it = rank_of.find(kRopeFreqs);
+    if (it != rank_of.end()) covered[it->second] = true;
+    items.push_back({TensorRole::TokenEmbd, -1, kRopeFreqs, it != rank_of.end() ? it->second : 0, true});
   }
   for (size_t i = 0; i < stored.size(); ++i)
     if (unique_names ? !covered[i] : items.size() < stored.size())
@@ -163,6 +193,12 @@ ExportResult export_gguf(const WeightSource& source, const std::string& path, co
   }
   bool quantised = false;
   for (const Item& it : items) {
+    if (it.rope_freqs) {
+      w.add_tensor_view(kRopeFreqs, DType::F32, {static_cast<uint64_t>(c.rope_freq_factors.size())},
+                        reinterpret_cast<const uint8_t*>(c.rope_freq_factors.data()),
+                        c.rope_freq_factors.size() * sizeof(float));
+      continue;
+    }
     const auto t = source.tensor(it.role, it.layer);
     quantised |= is_block_quantised(t->type);
     w.add_tensor_view(it.out_name, t->type, t->dims, t->data, t->nbytes);

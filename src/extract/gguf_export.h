@@ -29,18 +29,21 @@ struct ExportResult {
 
 /// The architecture metadata llama.cpp's loader reads for `c.arch` (llama-model.cpp
 /// load_hparams; keys as config_keys, prefixed "<arch>."), written into `w`, plus
-/// general.architecture and general.name. Inverse of config_from_gguf for the families this
-/// build runs: gemma3 (context_length, embedding_length, block_count, feed_forward_length,
-/// attention.head_count / head_count_kv / key_length / value_length / layer_norm_rms_epsilon /
-/// sliding_window, rope.freq_base (global layers), rope.freq_base_swa (sliding layers),
-/// rope.scaling.type + factor when the global layers scale, query_pre_attn_scalar when it is not
-/// head_dim, the logit softcaps when set) and llama (the same without the sliding keys, plus
-/// rope.dimension_count). Errors: Unsupported for another architecture.
+/// general.architecture and general.name. Inverse of config_from_gguf for every exportable
+/// architecture record (model/arch.h): context_length, embedding_length, block_count,
+/// feed_forward_length, attention.head_count / head_count_kv / key_length / value_length /
+/// layer_norm_rms_epsilon, rope.dimension_count, rope.freq_base (global layers), and when some
+/// layers slide attention.sliding_window, rope.freq_base_swa (when it differs) and
+/// attention.sliding_window_pattern (when not the family's); rope.scaling.type + factor when the
+/// global layers scale, query_pre_attn_scalar (families that read it) when it is not head_dim, the
+/// logit softcaps when set. Errors: Unsupported for an architecture without a record or not
+/// exportable, a RoPE pairing other than llama.cpp's for the family (a Hugging Face Llama
+/// checkpoint), sliding layers that follow no pattern.
 void config_to_gguf(const ModelConfig& c, GgufWriter& w);
 
 /// Write `source` as a GGUF v3 file at `path`.
 /// Tensors: every tensor of source.tensors(), in its order, under llama.cpp's name for its role
-/// (the family file's tensor_name), with the source's dims, dtype and bytes unchanged (quantised
+/// (model/arch.h gguf_tensor_name; Llama 3.1's rope_freqs.weight from the config), with the source's dims, dtype and bytes unchanged (quantised
 /// blocks byte for byte; float sources F32 / F16 / BF16 as stored; norms as the source hands
 /// them out, i.e. Gemma's 1 + w — a GGUF or vindex stores that, HfSource computes it in f32).
 /// The bytes are fetched through source.tensor(role, layer), so an overlay's replaced tensors
@@ -54,7 +57,7 @@ void config_to_gguf(const ModelConfig& c, GgufWriter& w);
 /// file at `path`, and the next export to `path` removes the dead one's temporary.
 /// Errors: InvalidArgument (an existing `path` without `force`; `path` a directory or the
 /// source itself), NotFound (its directory missing), Unsupported (an architecture without a
-/// family file; a tensor whose name the family does not know, naming it), Io (the OS's reason).
+/// record, or one not exportable (fused tensors: Phi-3); a tensor with no role, naming it), Io (the OS's reason).
 ExportResult export_gguf(const WeightSource& source, const std::string& path, const ExportOptions& opt = {});
 
 }  // namespace larql::extract

@@ -32,4 +32,22 @@ class DenseFfn final : public Ffn {
   void run(Forward& f, int64_t layer, const float* h, int64_t n, float* out) override;
 };
 
+/// The model's FFN when it is a mixture of experts (ModelConfig::n_experts > 0; Shazeer et al.
+/// 2017, Mixtral: Jiang et al. 2024): a router ranks the experts per row (route_experts), each
+/// row runs its n_experts_used SiLU-gated expert FFNs and sums their outputs weighted; a shared
+/// expert, when the model has one, adds sigmoid(w_s · h) * FFN_shared(h) (Qwen2-MoE). Rows that
+/// chose the same expert run it together (one pass over its weights per call), which changes no
+/// bit of any row. Stateless; Forward uses it for every layer of such a model.
+class MoeFfn final : public Ffn {
+ public:
+  void run(Forward& f, int64_t layer, const float* h, int64_t n, float* out) override;
+};
+
+/// One row's routing: probs [n_experts] = softmax(logits); chosen [k] the experts of the k largest
+/// probabilities in descending order (ties: the lower id); weights [k] their probabilities,
+/// divided by their sum (clamped below at 6.103515625e-5, llama.cpp build_moe_ffn) when
+/// `renormalise`. k in [1, n_experts].
+void route_experts(const float* logits, int64_t n_experts, int64_t k, bool renormalise, float* probs,
+                   int32_t* chosen, float* weights);
+
 }  // namespace larql

@@ -21,6 +21,11 @@ DenseFfn& dense_ffn() {
   return d;
 }
 
+MoeFfn& moe_ffn() {
+  static MoeFfn m;
+  return m;
+}
+
 }  // namespace
 
 Forward::Forward(std::shared_ptr<const Model> model, int n_threads)
@@ -42,6 +47,7 @@ void Forward::set_ffn(int64_t li, std::shared_ptr<Ffn> ffn) {
 
 Ffn& Forward::ffn(int64_t li) {
   if (!ffns_.empty() && ffns_[static_cast<size_t>(li)]) return *ffns_[static_cast<size_t>(li)];
+  if (config().n_experts > 0) return moe_ffn();
   return dense_ffn();
 }
 
@@ -97,11 +103,12 @@ void Forward::project_kv(int64_t li, int64_t n, int64_t pos0, const int64_t* pos
     compute::add_bias_rows(v, w.bv.data(), n, c.kv_dim());
     if (q != nullptr) compute::add_bias_rows(q, w.bq.data(), n, c.q_dim());
   }
+  const float* factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data();
   for (int64_t t = 0; t < n; ++t) {
     float* kt = k + t * c.kv_dim();
     if (c.qk_norm) compute::rmsnorm_rows(kt, w.k_norm.data(), c.n_kv_heads, c.head_dim, c.norm_eps);
     (lc.rope_form == RopeForm::Adjacent ? compute::rope_adjacent : compute::rope_neox)(
-        kt, c.n_kv_heads, c.head_dim, pos ? pos[t] : pos0 + t, lc.rope_base, lc.rope_freq_scale);
+        kt, c.n_kv_heads, c.head_dim, pos ? pos[t] : pos0 + t, lc.rope_base, lc.rope_freq_scale, factors, c.rope_attn_factor);
   }
 }
 
@@ -113,11 +120,12 @@ void Forward::qkv_impl(int64_t li, const float* x, int64_t n, int64_t pos0, cons
   const LayerWeights& w = model_->weights().layers[static_cast<size_t>(li)];
   attn_input(li, x, n);
   project_kv(li, n, pos0, pos, q, k, v);
+  const float* factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data();
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q + t * c.q_dim();
     if (c.qk_norm) compute::rmsnorm_rows(qt, w.q_norm.data(), c.n_heads, c.head_dim, c.norm_eps);
     (lc.rope_form == RopeForm::Adjacent ? compute::rope_adjacent : compute::rope_neox)(
-        qt, c.n_heads, c.head_dim, pos ? pos[t] : pos0 + t, lc.rope_base, lc.rope_freq_scale);
+        qt, c.n_heads, c.head_dim, pos ? pos[t] : pos0 + t, lc.rope_base, lc.rope_freq_scale, factors, c.rope_attn_factor);
   }
 }
 
@@ -338,7 +346,7 @@ void DenseFfn::run(Forward& f, int64_t li, const float* h, int64_t n, float* out
   if (c.activation == Activation::GeluTanh) {
     compute::gelu_tanh_mul(f.pool(), gate, up, gate, n * c.ffn);
   } else {
-    for (int64_t i = 0; i < n * c.ffn; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    compute::silu_mul(f.pool(), gate, up, gate, n * c.ffn);
   }
   ws.acts.reset(gate, n, c.ffn);
   compute::matmul(f.pool(), w.w_down, ws.acts, out);
@@ -350,11 +358,7 @@ void Forward::ffn_block(int64_t li, int64_t n, float* x) {
   float* h = G::grow(ws_.h, static_cast<size_t>(n * H));
   norm(NormSite::Ffn, li, x, n, h);
   float* down = G::grow(ws_.down, static_cast<size_t>(n * H));
-  if (ffns_.empty() || !ffns_[static_cast<size_t>(li)]) {
-    dense_ffn().run(*this, li, h, n, down);
-  } else {
-    ffns_[static_cast<size_t>(li)]->run(*this, li, h, n, down);
-  }
+  ffn(li).run(*this, li, h, n, down);
   norm(NormSite::PostFfn, li, down, n, down);
   for (int64_t i = 0; i < n * H; ++i) x[i] += down[i];
 }

@@ -108,6 +108,15 @@ struct Workspace {
   compute::Activations acts;    ///< the current matmul input, quantised once for all its weights
   std::vector<float> attn_parts;     ///< decode attention's per-chunk partials (compute::attend_chunk)
   std::vector<int64_t> attn_offs;    ///< [n * n_kv_heads + 1] each (row, K/V group)'s first chunk task
+  // MoeFfn's buffers.
+  std::vector<float> moe_logits;     ///< [n, n_experts] router logits
+  std::vector<float> moe_probs;      ///< [n_experts] one row's probabilities
+  std::vector<int32_t> moe_chosen;   ///< [n, n_experts_used] each row's experts
+  std::vector<float> moe_weights;    ///< [n, n_experts_used] their weights
+  std::vector<float> moe_out;        ///< [n, n_experts_used, hidden] each chosen expert's output
+  std::vector<int64_t> moe_slots;    ///< the (row, slot)s routed to the expert being run
+  std::vector<float> moe_rows;       ///< [m, hidden] those rows gathered
+  std::vector<float> moe_expert_out; ///< [m, hidden] the expert's output (or the shared expert's)
 
   /// buf resized to at least n floats; its data.
   static float* grow(std::vector<float>& buf, size_t n) {
@@ -200,7 +209,8 @@ class Forward {
   /// The FFN of one layer (not null; shared: see Ffn for what a shared one must respect), or
   /// back to the dense one with nullptr. Errors: Error{InvalidArgument} for a layer out of range.
   void set_ffn(int64_t layer, std::shared_ptr<Ffn> ffn);
-  /// The FFN a layer runs (the shared DenseFfn unless set_ffn replaced it).
+  /// The FFN a layer runs (the shared DenseFfn, or MoeFfn for a mixture of experts, unless
+  /// set_ffn replaced it).
   Ffn& ffn(int64_t layer);
 
   /// Attach (or, with nullptr, detach) an observer; not owned, must outlive its attachment.

@@ -5,23 +5,28 @@
 #include <cstring>
 
 #include "kv/state_file.h"
+#include "model/arch.h"
 #include "util/error.h"
 #include "util/half.h"
 
 namespace larql {
 
 bool MarkovRsEngine::residual_is_sufficient(const ModelConfig& c, std::string* why) {
-  // Architectures whose layers satisfy (a)-(c) of the header comment. Gemma 3: K/V of layer l
-  // = rope(k_norm(Wk attn_norm(x_l)), pos, base_l, scale_l), V likewise without rope/norm;
-  // causal or sliding-window mask; no per-layer token embeddings.
-  static const std::vector<std::string> kVerified = {"gemma3"};
+  // The family's architecture record says whether its layers satisfy (a)-(c) of the header
+  // comment (model/arch.h ArchRecord::residual_sufficient), verified by the engine contract
+  // tests on a model of the family.
   auto fail = [&](const std::string& s) {
     if (why) *why = s;
     return false;
   };
-  if (std::find(kVerified.begin(), kVerified.end(), c.arch) == kVerified.end())
+  const ArchRecord* rec = find_arch(c.arch);
+  if (rec == nullptr || !rec->residual_sufficient) {
+    std::string verified;
+    for (const ArchRecord* r : arch_records())
+      if (r->residual_sufficient) verified += (verified.empty() ? "" : ", ") + std::string(r->arch);
     return fail("architecture '" + c.arch + "' is not verified to have a residual stream that is a sufficient "
-                "statistic for its K/V (verified: gemma3)");
+                "statistic for its K/V (verified: " + verified + ")");
+  }
   if (static_cast<int64_t>(c.layers.size()) != c.n_layers) return fail("per-layer config does not cover every layer");
   for (const LayerConfig& l : c.layers)
     if (l.sliding && l.window <= 0) return fail("a sliding layer has no window");

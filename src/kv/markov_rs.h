@@ -53,8 +53,9 @@ class MarkovRsEngine : public Engine {
   /// layer are a pure function of the residual row and its position (norm -> projection ->
   /// k-norm -> RoPE), (b) the attention mask depends only on positions (causal / sliding), and
   /// (c) no other per-token input enters a layer (no per-layer embeddings as in Gemma 3n /
-  /// Gemma 4, no recurrent or cross-attention state). Verified architectures: gemma3. Anything
-  /// else is refused (why receives the reason).
+  /// Gemma 4, no recurrent or cross-attention state). The family's architecture record says
+  /// so (model/arch.h ArchRecord::residual_sufficient); anything else is refused (why receives
+  /// the reason).
   static bool residual_is_sufficient(const ModelConfig& config, std::string* why);
 
   /// The engine's config string ("", "window=N", "window=N,codec=bf16", "codec=int8"); also the

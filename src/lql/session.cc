@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "lql/edits.h"
+#include "model/arch.h"
 #include "model/model.h"
 #include "model/vindex_source.h"
 #include "util/half.h"
@@ -162,7 +163,7 @@ const std::string& Session::path() const {
 std::map<std::string, vindex::Band> Session::bands() const {
   const auto& ix = index();
   if (!ix.layer_bands.empty()) return ix.layer_bands;
-  return vindex::default_layer_bands(ix.family, ix.num_layers);
+  return layer_bands_of(ix.family, ix.num_layers);
 }
 
 std::string Session::band_of(int64_t layer) const {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,9 +27,9 @@ struct LayerConfig {
 };
 
 /// A model's architecture, read from GGUF metadata (or config.json later). One config drives
-/// the single forward pass; a family file only fills this in and maps tensor names.
+/// the single forward pass; an architecture record (model/arch.h) says how each family fills it in.
 struct ModelConfig {
-  std::string arch;          ///< "gemma3", "llama"
+  std::string arch;          ///< the architecture record's name (model/arch.h): "gemma3", "llama", "qwen2", ...
   std::string name;          ///< general.name
   int64_t n_layers = 0;
   int64_t hidden = 0;        ///< embedding length
@@ -48,6 +49,24 @@ struct ModelConfig {
   bool qk_norm = false;      ///< per-head RMSNorm on q and k
   bool tied_embeddings = true;  ///< lm_head is token_embd
   bool qkv_bias = false;     ///< Q/K/V projections have biases (added after the projection)
+  /// RoPE frequency factors [head_dim / 2] dividing each frequency, on every layer (Llama 3.1's
+  /// rope_freqs; llama.cpp ggml_rope_ext freq_factors): theta_i = pos * freq_scale *
+  /// base^(-2i/head_dim) / factor_i. Empty: none.
+  std::vector<float> rope_freq_factors;
+  /// Multiplies RoPE's cos and sin (so q·k by its square): LongRoPE's attention factor
+  /// sqrt(1 + ln(s) / ln(original context)) for s = context / original (Phi-3 128k); 1 = none.
+  double rope_attn_factor = 1.0;
+  /// Mixture of experts (0 = a dense FFN on every layer): each layer's FFN is n_experts gated
+  /// FFNs of width expert_ffn, each token using the n_experts_used its router ranks first.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t expert_ffn = 0;
+  /// The chosen experts' softmax probabilities renormalised to sum 1 (Mixtral), or used as
+  /// they are (Qwen2-MoE's norm_topk_prob = false).
+  bool expert_weights_norm = false;
+  /// A shared expert of this width every token uses, its output gated by sigmoid(w · x)
+  /// (Qwen2-MoE); 0 = none.
+  int64_t shared_expert_ffn = 0;
   std::vector<LayerConfig> layers;
 
   int64_t q_dim() const { return n_heads * head_dim; }
@@ -83,11 +102,14 @@ inline constexpr int64_t kMaxHeadDim = 1024;          ///< even head_dim up to t
 inline constexpr int64_t kMaxContextLength = 1 << 24;  ///< above any published model (10M); positions stay exact in f32
 inline constexpr int64_t kMaxCount = int64_t{1} << 31; ///< any count read from metadata (layers, widths, heads)
 
-/// Architectures this build can run, for error messages.
+/// Architectures this build can run (model/arch.h arch_records()), for error messages.
 const std::vector<std::string>& supported_architectures();
 
-/// Read the config from GGUF metadata, then validate_config() it. Where the file is silent the
-/// family's published defaults fill in (see the family file for sources).
+/// Read the config from GGUF metadata (the generic reader of `<arch>.*` keys, driven by the
+/// family's architecture record, model/arch.h, and its hook), then validate_config() it. Where
+/// the file is silent the family's published defaults fill in (see its file in
+/// src/model/families/ for sources). A `rope_freqs.weight` tensor (Llama 3.1) becomes
+/// rope_freq_factors.
 /// Errors: Error{Unsupported} naming the architecture and listing the supported ones;
 /// Error{Format} for a missing key, a value of the wrong type or outside its valid range.
 ModelConfig config_from_gguf(const GgufFile& file);
@@ -110,9 +132,14 @@ ModelConfig config_from_gguf(const GgufFile& file);
 /// Model::load still checks every tensor's shape by name.
 void validate_config(const ModelConfig& config, const GgufFile& file);
 
-/// Gemma 3 (src/model/gemma3.cc); not validated (config_from_gguf does that).
-ModelConfig gemma3_config_from_gguf(const GgufFile& file);
-/// Llama (src/model/llama.cc); not validated (config_from_gguf does that).
-ModelConfig llama_config_from_gguf(const GgufFile& file);
+/// A count from metadata: nullopt if absent; Error{Format} naming the key above kMaxCount (so it
+/// fits int64 and nothing is sized by it before validate_config checks its real range).
+std::optional<int64_t> read_count(const GgufFile& f, const std::string& key);
+/// read_count, Error{Format} naming the key when absent.
+int64_t require_count(const GgufFile& f, const std::string& key);
+
+/// llama.cpp's name of a tensor: "blk.N.<suffix>" for per-layer roles (layer >= 0), `suffix`
+/// itself otherwise (gguf-py's TENSOR_NAMES / llama.cpp LLM_TENSOR_NAMES).
+std::string llama_cpp_tensor_name(const char* suffix, int64_t layer);
 
 }  // namespace larql

@@ -51,7 +51,10 @@ std::string config_to_json(const ModelConfig& c) {
                   {"activation", c.activation == Activation::GeluTanh ? "gelu_tanh" : "silu"},
                   {"post_norms", c.post_norms}, {"qk_norm", c.qk_norm}, {"tied_embeddings", c.tied_embeddings},
                   {"qkv_bias", c.qkv_bias}, {"layers", layers}};
-  return j.dump();
+  json out = j;
+  if (!c.rope_freq_factors.empty()) out["rope_freq_factors"] = c.rope_freq_factors;
+  if (c.rope_attn_factor != 1.0) out["rope_attn_factor"] = c.rope_attn_factor;
+  return out.dump();
 }
 
 ModelConfig config_from_json(std::string_view text, const std::string& where) {
@@ -94,6 +97,20 @@ ModelConfig config_from_json(std::string_view text, const std::string& where) {
   c.qk_norm = flag(j, "qk_norm", where);
   c.tied_embeddings = flag(j, "tied_embeddings", where);
   c.qkv_bias = flag(j, "qkv_bias", where);
+  if (j.contains("rope_freq_factors")) {
+    const json& f = j.at("rope_freq_factors");
+    if (!f.is_array() || static_cast<int64_t>(f.size()) != c.head_dim / 2)
+      bad(where, "model_config.rope_freq_factors must list head_dim / 2 = " + std::to_string(c.head_dim / 2) + " numbers");
+    for (const json& x : f) {
+      if (!x.is_number() || !std::isfinite(x.get<double>()) || !(x.get<double>() > 0))
+        bad(where, "model_config.rope_freq_factors holds " + x.dump() + " (factors must be finite and > 0)");
+      c.rope_freq_factors.push_back(x.get<float>());
+    }
+  }
+  if (j.contains("rope_attn_factor")) {
+    c.rope_attn_factor = number(j, "rope_attn_factor", where);
+    if (!(c.rope_attn_factor > 0)) bad(where, "model_config.rope_attn_factor must be > 0");
+  }
   const json& layers = need(j, "layers", where);
   if (!layers.is_array() || static_cast<int64_t>(layers.size()) != c.n_layers)
     bad(where, "model_config.layers must list one entry per layer (" + std::to_string(c.n_layers) + ")");

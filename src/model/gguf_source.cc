@@ -4,7 +4,7 @@
 #include <variant>
 
 #include "formats/gguf.h"
-#include "model/family.h"
+#include "model/arch.h"
 #include "util/error.h"
 #include "util/hash.h"
 
@@ -56,8 +56,8 @@ std::string render(const GgufValue& v) {
 
 }  // namespace
 
-GgufSource::GgufSource(std::shared_ptr<const GgufFile> file, const GgufFamily& family, ModelConfig config)
-    : file_(std::move(file)), family_(&family), config_(std::move(config)) {
+GgufSource::GgufSource(std::shared_ptr<const GgufFile> file, const ArchRecord& arch, ModelConfig config)
+    : file_(std::move(file)), arch_(&arch), config_(std::move(config)) {
   const GgufFile& f = *file_;
   // The special ids only (the full vocabulary is decoded on demand by vocabulary()).
   const auto id = [&](const char* key) -> int32_t {
@@ -80,10 +80,9 @@ GgufSource::GgufSource(std::shared_ptr<const GgufFile> file, const GgufFamily& f
 }
 
 std::shared_ptr<GgufSource> GgufSource::from_file(std::shared_ptr<const GgufFile> file) {
-  ModelConfig c = config_from_gguf(*file);  // Unsupported for an architecture without a family
-  const GgufFamily* fam = find_gguf_family(c.arch);
-  if (fam == nullptr) throw Error(ErrorKind::Unsupported, file->path() + ": no family file for '" + c.arch + "'");
-  return std::make_shared<GgufSource>(std::move(file), *fam, std::move(c));
+  ModelConfig c = config_from_gguf(*file);  // Unsupported for an architecture without a record
+  const ArchRecord& arch = require_arch(c.arch, file->path());
+  return std::make_shared<GgufSource>(std::move(file), arch, std::move(c));
 }
 
 std::shared_ptr<GgufSource> GgufSource::open(const std::string& path) { return from_file(GgufFile::open(path)); }
@@ -97,14 +96,19 @@ std::string GgufSource::tensor_name(TensorRole role, int64_t layer) const {
     throw Error(ErrorKind::InvalidArgument, "tensor role " + std::to_string(static_cast<int>(role)) + " at layer " +
                                                 std::to_string(layer) + " (the model has " +
                                                 std::to_string(config_.n_layers) + " layers)");
-  return family_->tensor_name(role, layer);
+  if (const auto part = fused_rows(*arch_, config_, role, false)) {
+    const std::string fused = llama_cpp_tensor_name(part->suffix, layer);
+    if (file_->find_tensor(fused) != nullptr) return fused;
+  }
+  return gguf_tensor_name(role, layer);
 }
 
 std::optional<SourceTensor> GgufSource::tensor(TensorRole role, int64_t layer) const {
   const std::string name = tensor_name(role, layer);
-  if (name.empty()) return std::nullopt;
   const GgufTensor* t = file_->find_tensor(name);
   if (t == nullptr) return std::nullopt;
+  if (const auto part = fused_rows(*arch_, config_, role, false); part && name == llama_cpp_tensor_name(part->suffix, layer))
+    return slice_rows(to_source(*t), part->row0, part->rows);
   return to_source(*t);
 }
 

@@ -1,5 +1,6 @@
-// A weight source reading a llama.cpp GGUF file (format: formats/gguf.h). The family file of the
-// file's general.architecture (model/family.h) gives the config and the tensor names.
+// A weight source reading a llama.cpp GGUF file (format: formats/gguf.h). The architecture
+// record of the file's general.architecture (model/arch.h) gives the config and the tensor
+// names; a family's fused matrices (Phi-3's attn_qkv, ffn_up) are handed out split by role.
 #pragma once
 
 #include <memory>
@@ -10,7 +11,7 @@
 namespace larql {
 
 class GgufFile;
-struct GgufFamily;
+struct ArchRecord;
 
 class GgufSource final : public WeightSource {
  public:
@@ -37,11 +38,11 @@ class GgufSource final : public WeightSource {
   /// The parsed file (its metadata verbatim: extract/gguf_export.h copies it).
   const GgufFile& file() const { return *file_; }
 
-  GgufSource(std::shared_ptr<const GgufFile> file, const GgufFamily& family, ModelConfig config);
+  GgufSource(std::shared_ptr<const GgufFile> file, const ArchRecord& arch, ModelConfig config);
 
  private:
   std::shared_ptr<const GgufFile> file_;
-  const GgufFamily* family_;
+  const ArchRecord* arch_;
   ModelConfig config_;
   SpecialTokens specials_;
   std::string fingerprint_;

@@ -1,7 +1,7 @@
 // A weight source reading a Hugging Face model directory: `config.json`, the weights in one
 // `model.safetensors` or in shards named by `model.safetensors.index.json` (formats/safetensors.h),
 // and the tokenizer in `tokenizer.json` + `tokenizer_config.json` (tokenizer/hf_json.h).
-// Families: Gemma 3 text models (`Gemma3ForCausalLM`, model_type `gemma3_text`).
+// Families: every architecture record's (model/arch.h: hf_architectures / hf_model_types).
 // docs/architecture.md ("Weight sources"), docs/gemma3.md (the family defaults).
 #pragma once
 
@@ -17,25 +17,29 @@
 
 namespace larql {
 
+struct ArchRecord;
+
 /// True when `dir` looks like a Hugging Face model directory rather than a vindex: no
 /// index.json, and a config.json, model.safetensors or model.safetensors.index.json.
 bool is_hf_model_dir(const std::string& dir);
 
-/// The config of a Hugging Face Gemma 3 `config.json` (text), validated. Keys and the defaults
-/// filled in where the file is silent (Hugging Face Gemma3TextConfig; docs/gemma3.md):
-///   hidden_size, intermediate_size, num_hidden_layers, num_attention_heads (required);
-///   num_key_value_heads (= heads), head_dim (256), rms_norm_eps (1e-6), sliding_window (512 /
-///   4096 in older files: whatever is written), rope_theta (1e6, global layers),
-///   rope_local_base_freq (1e4, sliding layers), query_pre_attn_scalar (head_dim),
-///   layer_types (else sliding_window_pattern, 6: layer i global iff (i + 1) % 6 == 0),
-///   rope_scaling {rope_type/type "linear", factor} (global layers only), max_position_embeddings
-///   (32768), vocab_size (262144), tie_word_embeddings (true), final_logit_softcapping and
-///   attn_logit_softcapping (null = none), hidden_activation (gelu_pytorch_tanh / gelu_tanh).
+/// The config of a Hugging Face `config.json`, validated: the family from `architectures[0]` or
+/// `model_type` (model/arch.h find_arch_for_hf), then the generic reader (model/hf_config.cc)
+/// with the record's defaults where the file is silent, then the record's hook. Keys (as the
+/// transformers configuration classes name them): hidden_size, intermediate_size,
+/// num_hidden_layers, num_attention_heads (required); num_key_value_heads (= heads), head_dim
+/// (the record's default, else hidden / heads), rms_norm_eps, max_position_embeddings,
+/// vocab_size, tie_word_embeddings, hidden_act / hidden_activation (silu, gelu_pytorch_tanh),
+/// rope_theta, rope_local_base_freq (sliding layers), rope_scaling {rope_type/type: default,
+/// linear, llama3}, sliding_window with layer_types or the record's pattern
+/// (sliding_window_pattern overrides it), query_pre_attn_scalar (Gemma), final/attn logit
+/// softcapping. Every family reads RoPE in NeoX pairing (transformers' rotate_half).
 /// `where` (the file) prefixes every message. Errors: Format naming the key and its value (not
 /// JSON, a missing or mistyped key, a count outside [1, 2^31), heads not a multiple of the KV
 /// heads, an odd head_dim or one above kMaxHeadDim, an epsilon outside (0, 1), a RoPE base <= 1,
 /// a window < 1, layer_types not one per layer); Unsupported for another architecture or model
-/// type (naming it), an activation other than tanh-GELU, or RoPE scaling other than linear.
+/// type (naming it), an activation other than SiLU / tanh-GELU, RoPE scaling other than linear
+/// or llama3, partial rotary, attention_bias / mlp_bias on a family without them, experts.
 ModelConfig config_from_hf_json(std::string_view config_json, const std::string& where);
 
 class HfSource final : public WeightSource {
@@ -50,9 +54,11 @@ class HfSource final : public WeightSource {
   const std::string& path() const override { return dir_; }
   std::string format() const override;
   const ModelConfig& config() const override { return config_; }
-  /// A zero-copy view of the safetensors bytes for matrices. Norm weights are returned as f32
-  /// holding Gemma's multiplier 1 + w (Hugging Face stores w; the GGUF and larql's forward use
-  /// 1 + w), computed once at open in f32.
+  /// A zero-copy view of the safetensors bytes for matrices (a fused matrix's rows for a split
+  /// role, ArchRecord::hf_fused_*), except experts: their tensors stacked into one
+  /// [cols, rows, n_experts] copy at open (named with '*' for the expert index). Gemma's norm weights are returned as f32 holding the
+  /// multiplier 1 + w (Hugging Face stores w; the GGUF and larql's forward use 1 + w), computed
+  /// once at open in f32.
   std::optional<SourceTensor> tensor(TensorRole role, int64_t layer = -1) const override;
   /// The Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight".
   std::string tensor_name(TensorRole role, int64_t layer = -1) const override;
@@ -71,8 +77,15 @@ class HfSource final : public WeightSource {
   std::string dir_;
   std::string config_text_;
   ModelConfig config_;
+  const ArchRecord* arch_ = nullptr;
   SafetensorsCheckpoint ckpt_;
   std::map<std::string, std::vector<float>, std::less<>> norms_;  ///< HF name -> 1 + w (f32)
+  struct Stacked {
+    DType type = DType::F32;
+    std::vector<uint64_t> dims;  ///< [cols, rows, n_experts]
+    std::vector<uint8_t> bytes;
+  };
+  std::map<std::string, Stacked, std::less<>> stacked_;  ///< "…experts.*.w1.weight" -> the experts stacked
   VocabData vocab_;
   SpecialTokens specials_;
   std::string fingerprint_;

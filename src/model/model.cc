@@ -45,6 +45,28 @@ class Loader {
     return v;
   }
 
+  /// The experts of a stacked tensor (GGUF dims [cols, rows, n_experts]): one [rows, cols] view
+  /// per expert, each its slab of the tensor's bytes.
+  std::vector<TensorView> experts(TensorRole role, int64_t layer, int64_t n_experts, int64_t rows, int64_t cols) const {
+    const SourceTensor t = require(role, layer);
+    if (t.dims.size() != 3 || t.dims[0] != static_cast<uint64_t>(cols) || t.dims[1] != static_cast<uint64_t>(rows) ||
+        t.dims[2] != static_cast<uint64_t>(n_experts))
+      throw Error(ErrorKind::Format, s_.path() + ": tensor '" + t.name + "' has shape " + shape_str(t.dims) +
+                                         ", expected [" + std::to_string(cols) + ", " + std::to_string(rows) + ", " +
+                                         std::to_string(n_experts) + "] (n_experts = " + std::to_string(n_experts) + ")");
+    const size_t slab = t.nbytes / static_cast<size_t>(n_experts);
+    std::vector<TensorView> v(static_cast<size_t>(n_experts));
+    for (int64_t e = 0; e < n_experts; ++e) {
+      TensorView& x = v[static_cast<size_t>(e)];
+      x.type = t.type;
+      x.rows = rows;
+      x.cols = cols;
+      x.data = t.data + static_cast<size_t>(e) * slab;
+      x.row_bytes = slab / static_cast<size_t>(rows);
+    }
+    return v;
+  }
+
   /// A vector of n values, dequantised to f32.
   std::vector<float> vector(TensorRole role, int64_t layer, int64_t n) const {
     const SourceTensor t = require(role, layer);
@@ -109,9 +131,24 @@ std::shared_ptr<Model> Model::load(std::shared_ptr<const WeightSource> source) {
     }
     l.wo = ld.matrix(R::AttnOutput, i, c.hidden, c.q_dim());
     l.ffn_norm = ld.vector(R::FfnNorm, i, c.hidden);
-    l.w_gate = ld.matrix(R::FfnGate, i, c.ffn, c.hidden);
-    l.w_up = ld.matrix(R::FfnUp, i, c.ffn, c.hidden);
-    l.w_down = ld.matrix(R::FfnDown, i, c.hidden, c.ffn);
+    if (c.n_experts > 0) {
+      const int64_t E = c.n_experts, Fe = c.expert_ffn;
+      l.router = ld.matrix(R::FfnGateInp, i, E, c.hidden);
+      l.exp_gate = ld.experts(R::FfnGateExps, i, E, Fe, c.hidden);
+      l.exp_up = ld.experts(R::FfnUpExps, i, E, Fe, c.hidden);
+      l.exp_down = ld.experts(R::FfnDownExps, i, E, c.hidden, Fe);
+      if (c.shared_expert_ffn > 0) {
+        const int64_t Fs = c.shared_expert_ffn;
+        l.shexp_router = ld.vector(R::FfnGateInpShexp, i, c.hidden);
+        l.shexp_gate = ld.matrix(R::FfnGateShexp, i, Fs, c.hidden);
+        l.shexp_up = ld.matrix(R::FfnUpShexp, i, Fs, c.hidden);
+        l.shexp_down = ld.matrix(R::FfnDownShexp, i, c.hidden, Fs);
+      }
+    } else {
+      l.w_gate = ld.matrix(R::FfnGate, i, c.ffn, c.hidden);
+      l.w_up = ld.matrix(R::FfnUp, i, c.ffn, c.hidden);
+      l.w_down = ld.matrix(R::FfnDown, i, c.hidden, c.ffn);
+    }
     if (c.post_norms) {
       l.post_attn_norm = ld.vector(R::PostAttnNorm, i, c.hidden);
       l.post_ffn_norm = ld.vector(R::PostFfnNorm, i, c.hidden);

@@ -31,6 +31,15 @@ struct LayerWeights {
   TensorView w_up;                     ///< [ffn, hidden]
   TensorView w_down;                   ///< [hidden, ffn]
   std::vector<float> post_ffn_norm;    ///< [hidden]
+  // Mixture of experts (ModelConfig::n_experts > 0; w_gate/w_up/w_down are then empty).
+  TensorView router;                   ///< [n_experts, hidden]
+  std::vector<TensorView> exp_gate;    ///< per expert [expert_ffn, hidden]: views into the stacked tensor
+  std::vector<TensorView> exp_up;      ///< per expert [expert_ffn, hidden]
+  std::vector<TensorView> exp_down;    ///< per expert [hidden, expert_ffn]
+  std::vector<float> shexp_router;     ///< [hidden] the shared expert's gate (empty: none)
+  TensorView shexp_gate;               ///< [shared_expert_ffn, hidden]
+  TensorView shexp_up;                 ///< [shared_expert_ffn, hidden]
+  TensorView shexp_down;               ///< [hidden, shared_expert_ffn]
 };
 
 struct ModelWeights {

@@ -32,6 +32,10 @@ constexpr RoleName kRoles[] = {
     {TensorRole::FfnNorm, "ffn_norm"},         {TensorRole::FfnGate, "ffn_gate"},
     {TensorRole::FfnUp, "ffn_up"},             {TensorRole::FfnDown, "ffn_down"},
     {TensorRole::PostFfnNorm, "post_ffn_norm"},
+    {TensorRole::FfnGateInp, "ffn_gate_inp"},  {TensorRole::FfnGateExps, "ffn_gate_exps"},
+    {TensorRole::FfnUpExps, "ffn_up_exps"},    {TensorRole::FfnDownExps, "ffn_down_exps"},
+    {TensorRole::FfnGateInpShexp, "ffn_gate_inp_shexp"}, {TensorRole::FfnGateShexp, "ffn_gate_shexp"},
+    {TensorRole::FfnUpShexp, "ffn_up_shexp"},  {TensorRole::FfnDownShexp, "ffn_down_shexp"},
 };
 
 }  // namespace

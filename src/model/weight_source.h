@@ -37,6 +37,16 @@ enum class TensorRole {
   FfnUp,         ///< [ffn, hidden]
   FfnDown,       ///< [hidden, ffn]
   PostFfnNorm,   ///< [hidden] (post_norms)
+  // Mixture of experts (ModelConfig::n_experts > 0): the layer's FFN is these instead of
+  // FfnGate/Up/Down. Expert tensors stack the experts: GGUF dims [cols, rows, n_experts].
+  FfnGateInp,       ///< router [n_experts, hidden]
+  FfnGateExps,      ///< [n_experts][expert_ffn, hidden]
+  FfnUpExps,        ///< [n_experts][expert_ffn, hidden]
+  FfnDownExps,      ///< [n_experts][hidden, expert_ffn]
+  FfnGateInpShexp,  ///< the shared expert's gate [hidden] (shared_expert_ffn > 0)
+  FfnGateShexp,     ///< [shared_expert_ffn, hidden]
+  FfnUpShexp,       ///< [shared_expert_ffn, hidden]
+  FfnDownShexp,     ///< [hidden, shared_expert_ffn]
 };
 
 /// True for roles stored once per layer.

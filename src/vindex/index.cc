@@ -68,19 +68,7 @@ std::optional<ExtractLevel> extract_level_from_name(const std::string& s) {
   return std::nullopt;
 }
 
-std::map<std::string, Band> default_layer_bands(const std::string& family, int64_t L) {
-  struct Row {
-    const char* family;
-    int64_t layers;
-    Band syntax, knowledge, output;
-  };
-  static const Row table[] = {
-      {"gemma3", 34, {0, 13}, {14, 27}, {28, 33}}, {"gemma3", 42, {0, 16}, {17, 34}, {35, 41}},
-      {"llama", 32, {0, 12}, {13, 25}, {26, 31}},  {"llama", 40, {0, 15}, {16, 32}, {33, 39}},
-      {"llama", 80, {0, 31}, {32, 63}, {64, 79}},
-  };
-  for (const Row& r : table)
-    if (family == r.family && L == r.layers) return {{"syntax", r.syntax}, {"knowledge", r.knowledge}, {"output", r.output}};
+std::map<std::string, Band> default_layer_bands(int64_t L) {
   if (L < 8) return {};
   const int64_t a = 2 * L / 5, b = 4 * L / 5;
   return {{"syntax", {0, a - 1}}, {"knowledge", {a, b - 1}}, {"output", {b, L - 1}}};

@@ -61,11 +61,10 @@ struct VindexIndex {
   std::string extra_json = "{}";    ///< unknown top-level fields, written back unchanged
 };
 
-/// Layer bands for a model without `layer_bands` in its index: the original's family table
-/// (Gemma 3 with 34 or 42 layers, Llama-style 32 / 40 / 80) where it has the model's layer count,
-/// else syntax = [0, 2L/5), knowledge = [2L/5, 4L/5), output = [4L/5, L) for L >= 8 layers, and
-/// no bands (the whole range) below 8.
-std::map<std::string, Band> default_layer_bands(const std::string& family, int64_t num_layers);
+/// Layer bands for a model without `layer_bands` in its index and without a known size in its
+/// family's record (model/arch.h layer_bands_of): syntax = [0, 2L/5), knowledge = [2L/5, 4L/5),
+/// output = [4L/5, L) for L >= 8 layers, and no bands (the whole range) below 8.
+std::map<std::string, Band> default_layer_bands(int64_t num_layers);
 
 /// Bytes per value of a side-channel dtype name; 0 when unknown.
 int dtype_size(const std::string& dtype);

@@ -135,9 +135,9 @@ def larql_perplexity(text_file: Path, logits_out: Path | None = None, max_tokens
 
 
 def larql_generate(prompt: str, n: int, model: Path | None = None, threads: int = THREADS,
-                   chat: bool = False, timeout: float = 600) -> dict:
+                   chat: bool = False, timeout: float = 600, extra_args: Sequence = ()) -> dict:
     args = ["run", model or model_path(), prompt, "-n", n, "--temperature", "0", "--json",
-            "--threads", threads]
+            "--threads", threads, *extra_args]
     if chat:
         args.append("--chat")
     proc = run_larql(args, timeout=timeout)
