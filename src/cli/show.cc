@@ -1,4 +1,5 @@
 // `larql show MODEL`: architecture, metadata and the tensor table, from the model's weight source.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -137,6 +138,16 @@ void run(const ShowArgs& a) {
     j["format"] = src.format();
     j["source_bytes"] = src.byte_size();
     j["qkv_bias"] = c.qkv_bias;
+    j["qk_norm"] = c.qk_norm;
+    j["post_norms"] = c.post_norms;
+    j["activation"] = c.activation == Activation::Silu ? "silu" : "gelu_tanh";
+    j["attn_logit_softcap"] = c.attn_logit_softcap;
+    j["final_logit_softcap"] = c.final_logit_softcap;
+    j["rope_freq_factors"] = c.rope_freq_factors;
+    j["rope_attn_factor"] = c.rope_attn_factor;
+    if (c.n_experts > 0)
+      j["experts"] = {{"count", c.n_experts}, {"used", c.n_experts_used}, {"ffn", c.expert_ffn},
+                      {"renormalised", c.expert_weights_norm}, {"shared_ffn", c.shared_expert_ffn}};
     const Tokenizer tok(src.vocabulary());
     j["tokenizer"] = {{"vocab", tok.vocab_size()}, {"bos_id", tok.bos_id()}, {"eos_id", tok.eos_id()},
                       {"add_bos", tok.add_bos()}, {"eog_ids", eog_ids(tok)},
@@ -154,8 +165,13 @@ void run(const ShowArgs& a) {
   }
   std::printf("model          %s\n", m->path().c_str());
   std::printf("name           %s (%s, %s)\n", c.name.c_str(), c.arch.c_str(), src.format().c_str());
-  std::printf("layers         %lld (global: %s; others slide over %lld tokens)\n", (long long)c.n_layers,
-              globals.c_str(), (long long)(c.layers.empty() ? 0 : c.layers[0].window));
+  int64_t window = 0;
+  for (const LayerConfig& l : c.layers) window = std::max(window, l.window);
+  if (window > 0)
+    std::printf("layers         %lld (global: %s; others slide over %lld tokens)\n", (long long)c.n_layers,
+                globals.empty() ? "none" : globals.c_str(), (long long)window);
+  else
+    std::printf("layers         %lld (no sliding window)\n", (long long)c.n_layers);
   std::printf("hidden / ffn   %lld / %lld\n", (long long)c.hidden, (long long)c.ffn);
   std::printf("heads          %lld query, %lld key/value, head_dim %lld\n", (long long)c.n_heads,
               (long long)c.n_kv_heads, (long long)c.head_dim);
@@ -165,6 +181,16 @@ void run(const ShowArgs& a) {
               c.norm_eps);
   std::printf("rope           %s pairs%s\n", !c.layers.empty() && c.layers[0].rope_form == RopeForm::Adjacent ? "adjacent" : "NeoX (split-half)",
               c.qkv_bias ? "; Q/K/V biases" : "");
+  if (!c.rope_freq_factors.empty())
+    std::printf("rope factors   %zu per-frequency divisors (Llama 3.1 / LongRoPE)%s\n", c.rope_freq_factors.size(),
+                c.rope_attn_factor != 1.0 ? ", attention factor applied" : "");
+  if (c.attn_logit_softcap > 0 || c.final_logit_softcap > 0)
+    std::printf("softcap        attention %g, final logits %g\n", c.attn_logit_softcap, c.final_logit_softcap);
+  if (c.n_experts > 0)
+    std::printf("experts        %lld, %lld used per token (weights %s), ffn %lld each%s\n", (long long)c.n_experts,
+                (long long)c.n_experts_used, c.expert_weights_norm ? "renormalised" : "as routed",
+                (long long)c.expert_ffn,
+                c.shared_expert_ffn > 0 ? ("; shared expert ffn " + std::to_string(c.shared_expert_ffn)).c_str() : "");
   std::printf("lm_head        %s\n", c.tied_embeddings ? "tied to token_embd" : "output.weight");
   std::printf("tensors        %zu, %.1f MiB\n", tensors.size(), total / 1048576.0);
   for (const auto& [t, e] : by_type)

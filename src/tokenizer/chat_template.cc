@@ -35,10 +35,12 @@ std::optional<ChatFormat> detect_chat_template(std::string_view t) {
   if (t == "chatml") return ChatFormat::ChatML;
   if (t == "llama3") return ChatFormat::Llama3;
   if (t == "llama2") return ChatFormat::Llama2;
+  if (t == "phi3") return ChatFormat::Phi3;
   if (contains(t, "<|im_start|>")) return ChatFormat::ChatML;
   if (contains(t, "[INST]")) return ChatFormat::Llama2;
   if (contains(t, "<start_of_turn>")) return ChatFormat::Gemma;
   if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return ChatFormat::Llama3;
+  if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) return ChatFormat::Phi3;
   return std::nullopt;
 }
 
@@ -57,6 +59,7 @@ const char* chat_format_name(ChatFormat f) {
     case ChatFormat::ChatML: return "chatml";
     case ChatFormat::Llama3: return "llama3";
     case ChatFormat::Llama2: return "llama2";
+    case ChatFormat::Phi3: return "phi3";
   }
   return "?";
 }
@@ -76,6 +79,16 @@ std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& me
         out += "<|im_end|>\n";
       }
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
+      return out;
+    case ChatFormat::Phi3:
+      for (size_t i = 0; i < messages.size(); ++i) {
+        out += "<|";
+        out += role_of(messages[i], i);
+        out += "|>\n";
+        out += messages[i].content;
+        out += "<|end|>\n";
+      }
+      if (add_generation_prompt) out += "<|assistant|>\n";
       return out;
     case ChatFormat::Llama3:
       for (size_t i = 0; i < messages.size(); ++i) {

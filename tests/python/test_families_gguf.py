@@ -65,7 +65,7 @@ def rope_factors(head_dim):
 
 
 def write_family(path, arch, head_dim, *, biases=False, qk_norm=False, post_norms=False, softcap=None,
-                 window=None, fused=False, rope_freqs=False, untied=False, moe=None, drop=(), seed=5):
+                 window=None, fused=False, rope_freqs=False, untied=False, moe=None, drop=(), bad=None, seed=5):
     """A random model of `arch`; `drop` removes features (to show they matter to llama.cpp)."""
     rng = np.random.default_rng(seed)
     tokens, scores, types = vocabulary()
@@ -89,8 +89,8 @@ def write_family(path, arch, head_dim, *, biases=False, qk_norm=False, post_norm
         w.add_sliding_window(window if "window" not in drop else 4096)
     if moe:
         n_exp, n_used, ffn_exp, ffn_shared = moe
-        w.add_expert_count(n_exp)
-        w.add_expert_used_count(n_used if "routing" not in drop else 1)
+        w.add_expert_count(0 if bad == "no_experts" else n_exp)
+        w.add_expert_used_count(n_exp + 1 if bad == "top_k" else n_used if "routing" not in drop else 1)
         if arch != "llama":  # Mixtral's experts are feed_forward_length wide
             w.add_expert_feed_forward_length(ffn_exp)
         if ffn_shared:
@@ -148,7 +148,8 @@ def write_family(path, arch, head_dim, *, biases=False, qk_norm=False, post_norm
             fe = FFN if arch == "llama" else ffn_exp
             w.add_tensor(b + "ffn_gate_inp.weight", mat(n_exp, HIDDEN, 1.5))
             w.add_tensor(b + "ffn_gate_exps.weight", (rng.standard_normal((n_exp, fe, HIDDEN)) / np.sqrt(HIDDEN)).astype(np.float32))
-            w.add_tensor(b + "ffn_up_exps.weight", (rng.standard_normal((n_exp, fe, HIDDEN)) / np.sqrt(HIDDEN)).astype(np.float32))
+            if not (bad == "missing_expert" and i == 1):
+                w.add_tensor(b + "ffn_up_exps.weight", (rng.standard_normal((n_exp, fe, HIDDEN)) / np.sqrt(HIDDEN)).astype(np.float32))
             w.add_tensor(b + "ffn_down_exps.weight", (rng.standard_normal((n_exp, HIDDEN, fe)) / np.sqrt(fe)).astype(np.float32))
             if ffn_shared:
                 gi = mat(1, HIDDEN, 0.5)[0]
@@ -251,3 +252,15 @@ def test_unknown_architecture_is_refused_naming_it(larql_bin, tmp_path):
     proc = peer.run_larql(["show", str(path)], check=False)
     assert proc.returncode == 1, (proc.returncode, proc.stderr)  # docs/cli.md "Exit codes": a bad model file
     assert "qwenX" in proc.stderr and "qwen2" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("no_experts", "llama.expert_count = 0"),
+    ("top_k", "llama.expert_used_count = 5 is outside [1, llama.expert_count = 4]"),
+    ("missing_expert", "blk.1.ffn_up_exps.weight"),
+])
+def test_bad_mixture_of_experts_is_refused_naming_the_key(bad, needle, larql_bin, tmp_path):
+    path = write_family(tmp_path / f"{bad}.gguf", **FAMILIES["mixtral"], bad=bad)
+    proc = peer.run_larql(["run", str(path), "the cat", "-n", "1"], check=False)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)  # docs/cli.md "Exit codes": a bad model file
+    assert needle in proc.stderr, proc.stderr

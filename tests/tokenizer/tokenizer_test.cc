@@ -435,6 +435,16 @@ TEST(ChatTemplate, Llama2VariantsAsLlamaCpp) {
             "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi  [/INST] Hello! </s>[INST] Bye [/INST]");
 }
 
+TEST(ChatTemplate, Phi3AsLlamaCpp) {
+  // llama-chat.cpp LLM_CHAT_TEMPLATE_PHI_3: "<|" role "|>\n" content "<|end|>\n", then "<|assistant|>\n".
+  EXPECT_EQ(detect_chat_template("{{'<|' + message['role'] + '|>' + '\n' + message['content'] + '<|end|>\n'}}"
+                                 "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}"),
+            ChatFormat::Phi3);
+  EXPECT_EQ(apply_chat_template(ChatFormat::Phi3, kConversation, true),
+            "<|system|>\nBe brief.<|end|>\n<|user|>\n Hi <|end|>\n<|assistant|>\n Hello! <|end|>\n<|user|>\nBye<|end|>\n"
+            "<|assistant|>\n");
+}
+
 TEST(ChatTemplate, GemmaThroughTheDispatcherAndUnknownRoles) {
   EXPECT_EQ(apply_chat_template(ChatFormat::Gemma, kConversation, true),
             "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
