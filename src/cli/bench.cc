@@ -74,11 +74,13 @@ struct Row {
 };
 
 std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
-  // A fixed, natural-looking text repeated to length, BOS first: the same ids every run.
+  // A fixed, natural-looking text repeated to length, BOS first when the model uses one (Qwen has
+  // none): the same ids every run.
   const std::string text =
       "The history of the printing press begins in the fifteenth century, when movable type changed how "
       "books were made, sold and read across Europe. ";
-  std::vector<int32_t> ids{tok.bos_id()};
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
   const auto unit = tok.encode(text, false, false);
   while (static_cast<int64_t>(ids.size()) < n) ids.insert(ids.end(), unit.begin(), unit.end());
   ids.resize(static_cast<size_t>(n));
@@ -109,7 +111,7 @@ void run_batch(const BenchArgs& a) {
     std::vector<StandardEngine::BatchStep> steps(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       engines.push_back(std::make_unique<StandardEngine>(l.forward, 0));
-      std::vector<int32_t> ids{l.tokenizer.bos_id()};
+      std::vector<int32_t> ids{text[0]};  // the BOS, or the text's first token (shifted rest)
       ids.insert(ids.end(), text.begin() + 1 + i, text.begin() + a.prompt_tokens + i);
       engines.back()->prefill(ids);
       steps[static_cast<size_t>(i)].engine = engines.back().get();
@@ -251,6 +253,11 @@ void run(const BenchArgs& a) {
     roof["engines"] = per;
   }
 
+  // Every engine skipped: the run measured nothing, which is a failure (after the rows say why).
+  const bool none_ran = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return !r.error.empty(); });
+  auto fail_if_none_ran = [&] {
+    if (none_ran) throw Error(ErrorKind::InvalidArgument, "bench: no engine ran (" + rows[0].error + ")");
+  };
   if (a.json) {
     nlohmann::json out = {{"model", l.model->path()}, {"prompt_tokens", a.prompt_tokens},
                           {"decode_tokens", steps}, {"threads", l.forward->pool().size()},
@@ -276,6 +283,7 @@ void run(const BenchArgs& a) {
       out["ms_per_token"] = rows[0].ms_per_token;
     }
     std::printf("%s\n", out.dump().c_str());
+    fail_if_none_ran();
     return;
   }
   std::printf("%s, %d threads, prompt %lld tokens, %lld decode steps\n", c.name.c_str(), l.forward->pool().size(),
@@ -314,6 +322,7 @@ void run(const BenchArgs& a) {
       std::printf("\n");
     }
   }
+  fail_if_none_ran();
 }
 
 }  // namespace

@@ -80,11 +80,12 @@ std::string apply_model_chat_template(const Tokenizer& tok, const std::vector<Ch
   const auto format = chat_format_of(tok);
   if (!format)
     throw Error(ErrorKind::Unsupported,
-                std::string("this model's chat template (GGUF tokenizer.chat_template) is ") +
+                std::string("this model's chat template (GGUF tokenizer.chat_template, or a Hugging Face "
+                            "directory's tokenizer_config.json / chat_template.jinja) is ") +
                     (tok.chat_template().empty() ? "absent and its vocabulary has no turn markers"
                                                  : "not one larql recognises") +
-                    "; larql applies the gemma, chatml, llama3 and llama2 formats (use `larql run` without --chat "
-                    "and write the turn markup yourself)");
+                    "; larql applies the gemma, chatml, llama3, llama2 and phi3 formats (use `larql run` without "
+                    "--chat and write the turn markup yourself)");
   return apply_chat_template(*format, messages, /*add_generation_prompt=*/true, tok.chat_template());
 }
 

@@ -116,6 +116,16 @@ void config_to_gguf(const ModelConfig& c, GgufWriter& w) {
     if (std::fabs(qpas - static_cast<double>(c.head_dim)) > 1e-3 * static_cast<double>(c.head_dim))
       f32(k::kQueryPreAttnScalar, qpas);
   }
+  if (c.n_experts > 0) {  // llama.cpp LLM_KV_EXPERT_*: its graphs hard-code whether weights renormalise
+    if (c.expert_weights_norm != rec->moe_weights_norm)
+      throw Error(ErrorKind::Unsupported, std::string("export: llama.cpp's ") + c.arch + " always " +
+                                              (rec->moe_weights_norm ? "renormalises" : "keeps") +
+                                              " the chosen experts' weights; this model does not");
+    u32("expert_count", c.n_experts);
+    u32("expert_used_count", c.n_experts_used);
+    u32("expert_feed_forward_length", c.expert_ffn);
+    if (c.shared_expert_ffn > 0) u32("expert_shared_feed_forward_length", c.shared_expert_ffn);
+  }
   if (c.final_logit_softcap > 0) f32(k::kFinalLogitSoftcap, c.final_logit_softcap);
   if (c.attn_logit_softcap > 0) f32(k::kAttnLogitSoftcap, c.attn_logit_softcap);
 }

@@ -131,28 +131,30 @@ std::optional<FusedRows> fused_rows(const ArchRecord& a, const ModelConfig& c, T
   const char* qkv_bias = hf ? a.hf_fused_qkv_bias : a.gguf_fused_qkv_bias;
   const char* gate_up = hf ? a.hf_fused_gate_up : a.gguf_fused_gate_up;
   const int64_t q = c.q_dim(), kv = c.kv_dim();
-  auto part = [](const char* suffix, int64_t row0, int64_t rows) {
-    return suffix ? std::optional<FusedRows>(FusedRows{suffix, row0, rows}) : std::nullopt;
+  auto part = [](const char* suffix, int64_t row0, int64_t rows, int64_t total) {
+    return suffix ? std::optional<FusedRows>(FusedRows{suffix, row0, rows, total}) : std::nullopt;
   };
   switch (role) {
-    case TensorRole::AttnQ: return part(qkv, 0, q);
-    case TensorRole::AttnK: return part(qkv, q, kv);
-    case TensorRole::AttnV: return part(qkv, q + kv, kv);
-    case TensorRole::AttnQBias: return part(qkv_bias, 0, q);
-    case TensorRole::AttnKBias: return part(qkv_bias, q, kv);
-    case TensorRole::AttnVBias: return part(qkv_bias, q + kv, kv);
-    case TensorRole::FfnGate: return part(gate_up, 0, c.ffn);
-    case TensorRole::FfnUp: return part(gate_up, c.ffn, c.ffn);
+    case TensorRole::AttnQ: return part(qkv, 0, q, q + 2 * kv);
+    case TensorRole::AttnK: return part(qkv, q, kv, q + 2 * kv);
+    case TensorRole::AttnV: return part(qkv, q + kv, kv, q + 2 * kv);
+    case TensorRole::AttnQBias: return part(qkv_bias, 0, q, q + 2 * kv);
+    case TensorRole::AttnKBias: return part(qkv_bias, q, kv, q + 2 * kv);
+    case TensorRole::AttnVBias: return part(qkv_bias, q + kv, kv, q + 2 * kv);
+    case TensorRole::FfnGate: return part(gate_up, 0, c.ffn, 2 * c.ffn);
+    case TensorRole::FfnUp: return part(gate_up, c.ffn, c.ffn, 2 * c.ffn);
     default: return std::nullopt;
   }
 }
 
-SourceTensor slice_rows(const SourceTensor& t, int64_t row0, int64_t rows) {
+SourceTensor slice_rows(const SourceTensor& t, const FusedRows& p, const std::string& where) {
   // A matrix [cols, total rows], or a vector [total] read as rows of one value (a fused bias).
   const uint64_t total = t.dims.size() == 2 ? t.dims[1] : t.dims.size() == 1 ? t.dims[0] : 0;
-  if (total == 0 || row0 < 0 || rows < 1 || static_cast<uint64_t>(row0 + rows) > total || t.nbytes % total != 0)
-    throw Error(ErrorKind::Format, "tensor '" + t.name + "' cannot hold rows [" + std::to_string(row0) + ", " +
-                                       std::to_string(row0 + rows) + ") (a fused matrix: its shape does not match the config)");
+  const int64_t row0 = p.row0, rows = p.rows;
+  if (total != static_cast<uint64_t>(p.total) || total == 0 || t.nbytes % total != 0)
+    throw Error(ErrorKind::Format, where + ": fused tensor '" + t.name + "' has " + std::to_string(total) +
+                                       " rows, expected " + std::to_string(p.total) +
+                                       " (the config's Q/K/V or gate/up widths)");
   const size_t row_bytes = t.nbytes / total;
   SourceTensor s = t;
   s.name = t.name + "[rows " + std::to_string(row0) + ":" + std::to_string(row0 + rows) + "]";

@@ -147,18 +147,18 @@ std::string hf_tensor_name(const ArchRecord& arch, TensorRole role, int64_t laye
 struct FusedRows {
   const char* suffix;
   int64_t row0, rows;
+  int64_t total;  ///< rows the fused tensor must have (q_dim + 2 kv_dim, or 2 ffn)
 };
 /// For AttnQ/K/V (and their biases) of a family with a fused Q/K/V matrix, FfnGate/FfnUp of one
 /// with a fused gate/up matrix (hf: the Hugging Face suffix, else llama.cpp's); nullopt
 /// otherwise. The sources use the fused tensor only when the file has it.
 std::optional<FusedRows> fused_rows(const ArchRecord& arch, const ModelConfig& config, TensorRole role, bool hf);
 
-/// Rows [row0, row0 + rows) of a 2-D tensor (dims [cols, total rows]), or elements of a 1-D one
-/// (a fused bias), as a tensor of its own: a zero-copy view, valid for any block type (rows are
-/// stored whole). Its name is the tensor's
-/// with "[rows a:b]". Errors: Format naming the tensor when it is not 2-D, has too few rows or
-/// bytes that are not a whole number of rows.
-SourceTensor slice_rows(const SourceTensor& t, int64_t row0, int64_t rows);
+/// The part `p` of the fused tensor `t` (dims [cols, total rows], or [total] for a fused bias) as a
+/// tensor of its own: a zero-copy view, valid for any block type (rows are stored whole). Its
+/// name is the tensor's with "[rows a:b]". Errors: Format naming `where` and the tensor when its
+/// rows are not p.total or its bytes are not a whole number of rows.
+SourceTensor slice_rows(const SourceTensor& t, const FusedRows& p, const std::string& where);
 
 /// A vindex's layer bands for a model of `arch` with `n_layers`: the record's known size
 /// (ArchRecord::bands, the original LARQL's table) or vindex::default_layer_bands.

@@ -180,12 +180,17 @@ ModelConfig read_gguf_config(const GgufFile& f, const ArchRecord& rec) {
     if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts)
       throw Error(ErrorKind::Format, f.path() + ": " + p + "expert_used_count = " + std::to_string(c.n_experts_used) +
                                          " is outside [1, " + p + "expert_count = " + std::to_string(c.n_experts) + "]");
-    c.expert_ffn = read_count(f, p + "expert_feed_forward_length")
-                       .value_or(rec.moe_shared_expert ? c.ffn / c.n_experts_used : c.ffn);
+    // 0 stands for absent, as llama.cpp reads them (n_ff_exp ? n_ff_exp : ..., n_ff_shexp ? ... : n_ff).
+    c.expert_ffn = read_count(f, p + "expert_feed_forward_length").value_or(0);
+    if (c.expert_ffn == 0) c.expert_ffn = rec.moe_shared_expert ? c.ffn / c.n_experts_used : c.ffn;
     c.expert_weights_norm = rec.moe_weights_norm;
-    if (rec.moe_shared_expert) c.shared_expert_ffn = read_count(f, p + "expert_shared_feed_forward_length").value_or(c.ffn);
+    if (rec.moe_shared_expert) {
+      c.shared_expert_ffn = read_count(f, p + "expert_shared_feed_forward_length").value_or(0);
+      if (c.shared_expert_ffn == 0) c.shared_expert_ffn = c.ffn;
+    }
     if (c.expert_ffn < 1)
-      throw Error(ErrorKind::Format, f.path() + ": " + p + "expert_feed_forward_length = 0 (each expert's width)");
+      throw Error(ErrorKind::Format, f.path() + ": " + p + "feed_forward_length = " + std::to_string(c.ffn) +
+                                         " leaves each expert no width");
   }
   if (const auto ctx = read_count(f, p + k::kContextLength)) {
     c.context_length = *ctx;

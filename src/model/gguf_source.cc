@@ -108,7 +108,7 @@ std::optional<SourceTensor> GgufSource::tensor(TensorRole role, int64_t layer) c
   const GgufTensor* t = file_->find_tensor(name);
   if (t == nullptr) return std::nullopt;
   if (const auto part = fused_rows(*arch_, config_, role, false); part && name == llama_cpp_tensor_name(part->suffix, layer))
-    return slice_rows(to_source(*t), part->row0, part->rows);
+    return slice_rows(to_source(*t), *part, file_->path());
   return to_source(*t);
 }
 

@@ -136,7 +136,10 @@ struct RopeContext {
 /// sqrt(1 + ln(s) / ln(original)) for s = context / original > 1 unless attention_factor says.
 std::vector<float> longrope_factors(const HfConfigReader& p, const RopeContext& rc, double* attn_factor) {
   const double original = p.number("original_max_position_embeddings", rc.original_context);
-  if (!(original >= 1)) p.bad("original_max_position_embeddings", "is missing (LongRoPE needs it)");
+  if (!(original >= 1))
+    p.bad("original_max_position_embeddings", original == 0 && !p.has("original_max_position_embeddings")
+                                                  ? "is missing (LongRoPE needs it)"
+                                                  : "= " + std::to_string(original) + " is not >= 1");
   const char* key = static_cast<double>(rc.context) > original ? "long_factor" : "short_factor";
   const auto n = p.array_size(key);
   if (!n || static_cast<int64_t>(*n) != rc.head_dim / 2)
@@ -144,7 +147,8 @@ std::vector<float> longrope_factors(const HfConfigReader& p, const RopeContext& 
   std::vector<float> f(*n);
   for (size_t i = 0; i < *n; ++i) {
     const double x = p.array_number(key, i);
-    if (!(std::isfinite(x) && x > 0)) p.bad(std::string(key) + "[" + std::to_string(i) + "]", "is not a finite number > 0");
+    if (!(std::isfinite(static_cast<float>(x)) && x > 0))
+      p.bad(std::string(key) + "[" + std::to_string(i) + "]", "is not a finite number > 0 (as a float)");
     f[i] = static_cast<float>(x);
   }
   const double s = static_cast<double>(rc.context) / original;
@@ -165,6 +169,15 @@ Rope read_rope(const HfConfigReader& p, double base, const RopeContext& rc) {
     p.unsupported("partial_rotary_factor", "!= 1 (partial rotary embeddings) is not supported");
   const std::string type = p.str("rope_type", p.str("type", "default"));
   if (type == "default") return r;
+  // What transformers requires of each type (_validate_*_rope_parameters): nothing defaulted.
+  auto need = [&](const char* key) {
+    if (!p.has(key)) p.bad(key, "is missing (rope_type \"" + type + "\" needs it)");
+  };
+  if (type == "linear" || type == "llama3") need("factor");
+  if (type == "llama3")
+    for (const char* key : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) need(key);
+  if (type == "longrope" || type == "su")
+    for (const char* key : {"long_factor", "short_factor"}) need(key);
   const double factor = type == "longrope" || type == "su" ? 1.0 : p.number("factor", 1.0);
   if (!(factor > 0)) p.bad("factor", "= " + std::to_string(factor) + " is not > 0");
   if (type == "linear") {

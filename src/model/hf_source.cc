@@ -64,6 +64,11 @@ std::shared_ptr<HfSource> HfSource::open(const std::string& dir) {
   s->arch_ = &require_arch(s->config_.arch, cfg_path);
   s->ckpt_ = SafetensorsCheckpoint::open(dir);
   const ModelConfig& c = s->config_;
+  // The embedding's rows are the vocabulary: check them before anything is sized by vocab_size.
+  if (const SafetensorsTensor* e = s->ckpt_.find(hf_tensor_name(*s->arch_, TensorRole::TokenEmbd, -1));
+      e != nullptr && (e->shape.size() != 2 || e->shape[0] != c.vocab))
+    throw Error(ErrorKind::Format, cfg_path + ": vocab_size = " + std::to_string(c.vocab) + " but tensor '" + e->name +
+                                       "' has " + std::to_string(e->shape.empty() ? 0 : e->shape[0]) + " rows");
 
   // Every tensor is a float type; no layer beyond the config's.
   for (const SafetensorsTensor* t : s->ckpt_.tensors()) {
@@ -130,6 +135,12 @@ std::shared_ptr<HfSource> HfSource::open(const std::string& dir) {
   const std::string tok_json = read_text_file((d / "tokenizer.json").string(), "tokenizer.json", 256u << 20);
   s->vocab_ = vocab_from_hf_tokenizer(tok_json, tok_config);
   VocabData& v = s->vocab_;
+  // transformers 5 saves the chat template beside the tokenizer, not in tokenizer_config.json.
+  std::string template_file;
+  if (v.chat_template.empty() && fs::exists(d / "chat_template.jinja")) {
+    template_file = read_text_file((d / "chat_template.jinja").string(), "chat_template.jinja", 4u << 20);
+    v.chat_template = template_file;
+  }
   if (static_cast<int64_t>(v.tokens.size()) > s->config_.vocab)
     throw Error(ErrorKind::Format, (d / "tokenizer.json").string() + ": " + std::to_string(v.tokens.size()) +
                                        " tokens, but config.json's vocab_size (the embedding's rows) is " +
@@ -145,11 +156,12 @@ std::shared_ptr<HfSource> HfSource::open(const std::string& dir) {
 
   // Fingerprint and size: every byte that defines the model.
   Xxh3Stream h;
-  for (const std::string* part : std::initializer_list<const std::string*>{&s->config_text_, &tok_json, &tok_config}) {
+  for (const std::string* part :
+       std::initializer_list<const std::string*>{&s->config_text_, &tok_json, &tok_config, &template_file}) {
     h.update(part->data(), part->size());
     h.update("\n", 1);
   }
-  s->bytes_ = s->config_text_.size() + tok_json.size() + tok_config.size();
+  s->bytes_ = s->config_text_.size() + tok_json.size() + tok_config.size() + template_file.size();
   std::vector<const SafetensorsTensor*> all = s->ckpt_.tensors();
   std::sort(all.begin(), all.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
   for (const SafetensorsTensor* t : all) {
@@ -195,7 +207,7 @@ std::optional<SourceTensor> HfSource::tensor(TensorRole role, int64_t layer) con
     out.type = *dtype_of(t->dtype);
     out.data = t->data;
     out.nbytes = t->nbytes;
-    return slice_rows(out, part->row0, part->rows);
+    return slice_rows(out, *part, dir_);
   }
   if (is_norm_role(role) && arch_->hf_norm_plus_one) {
     const auto& v = norms_.at(name);

@@ -48,7 +48,8 @@ std::optional<ChatFormat> chat_format_of(const Tokenizer& tok) {
   if (!tok.chat_template().empty()) return detect_chat_template(tok.chat_template());
   for (const auto& [marker, format] : {std::pair{"<start_of_turn>", ChatFormat::Gemma},
                                        {"<|im_start|>", ChatFormat::ChatML},
-                                       {"<|start_header_id|>", ChatFormat::Llama3}})
+                                       {"<|start_header_id|>", ChatFormat::Llama3},
+                                       {"<|assistant|>", ChatFormat::Phi3}})
     if (tok.find_token(marker)) return format;
   return std::nullopt;
 }

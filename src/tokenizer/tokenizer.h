@@ -198,7 +198,7 @@ const char* chat_format_name(ChatFormat f);
 /// A model's chat format: detect_chat_template(tok.chat_template()); when the vocabulary has no
 /// template (tokenizer.chat_template absent, as in some GGUF conversions of Gemma 3), the first
 /// turn-marker token the vocabulary holds: `<start_of_turn>` -> Gemma, `<|im_start|>` -> ChatML,
-/// `<|start_header_id|>` -> Llama3. nullopt when neither names a format.
+/// `<|start_header_id|>` -> Llama3, `<|assistant|>` -> Phi3. nullopt when neither names a format.
 std::optional<ChatFormat> chat_format_of(const Tokenizer& tok);
 
 /// Apply a chat format to a conversation (without the BOS: encode(add_bos = true) adds it).

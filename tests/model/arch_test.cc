@@ -327,11 +327,12 @@ TEST(ArchRecords, FusedRowsSplitPhi3sMatrices) {
   std::vector<float> m(12);
   for (int i = 0; i < 12; ++i) m[static_cast<size_t>(i)] = static_cast<float>(i);
   SourceTensor t{"w", DType::F32, {3, 4}, reinterpret_cast<const uint8_t*>(m.data()), m.size() * 4};
-  const SourceTensor s = slice_rows(t, 1, 2);
+  const SourceTensor s = slice_rows(t, FusedRows{"w", 1, 2, 4}, "f");
   EXPECT_EQ(s.dims, (std::vector<uint64_t>{3, 2}));
   EXPECT_EQ(reinterpret_cast<const float*>(s.data)[0], 3.0f);
   EXPECT_EQ(s.nbytes, 24u);
-  EXPECT_THROW(slice_rows(t, 3, 2), Error);
+  EXPECT_THROW(slice_rows(t, FusedRows{"w", 1, 2, 5}, "f"), Error);  // 4 rows where 5 are expected
+  EXPECT_THROW(slice_rows(t, FusedRows{"w", 1, 2, 3}, "f"), Error);  // and where 3 are
 }
 
 TEST(ArchRecords, LayerBands) {

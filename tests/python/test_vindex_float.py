@@ -197,7 +197,7 @@ def test_a_truncated_safetensors_file(tiny_dir):
 
 
 def test_an_unsupported_model_type(tiny_dir):
-    _fails(tiny_dir(config={**TINY, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}), "llama", "not supported")
+    _fails(tiny_dir(config={**TINY, "architectures": ["MambaForCausalLM"], "model_type": "mamba"}), "mamba", "not supported")
 
 
 def test_a_layer_beyond_the_config(tiny_dir):

@@ -19,4 +19,8 @@ const ArchRecord& qwen2moe_record();
 /// / post_feedforward_layernorm the FFN's.
 std::string hf_gemma_name(TensorRole role, int64_t layer);
 
+/// The Qwen families' config.json check (an ArchRecord::hf_hook): use_sliding_window = true is
+/// refused (no published Qwen model sets it; its window would start at max_window_layers).
+void refuse_qwen_sliding_window(const HfConfigReader& json, ModelConfig& config);
+
 }  // namespace larql

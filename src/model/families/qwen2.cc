@@ -7,15 +7,11 @@
 #include "model/hf_config.h"
 
 namespace larql {
-namespace {
 
-void qwen2_hf(const HfConfigReader& j, ModelConfig&) {
-  // (Qwen2-MoE has its own record: qwen2moe.cc.)
+void refuse_qwen_sliding_window(const HfConfigReader& j, ModelConfig&) {
   if (j.flag("use_sliding_window", false))
-    j.unsupported("use_sliding_window", "= true is not supported (no published Qwen2 model uses it)");
+    j.unsupported("use_sliding_window", "= true is not supported (no published Qwen model uses it)");
 }
-
-}  // namespace
 
 const ArchRecord& qwen2_record() {
   static const ArchRecord r = [] {
@@ -30,7 +26,7 @@ const ArchRecord& qwen2_record() {
     a.rope_base = 10000;
     a.hf_default_norm_eps = 1e-6;
     a.residual_sufficient = true;
-    a.hf_hook = qwen2_hf;
+    a.hf_hook = refuse_qwen_sliding_window;
     return a;
   }();
   return r;

@@ -27,9 +27,8 @@ std::string hf_qwen2moe_name(TensorRole role, int64_t layer) {
   return "model.layers." + std::to_string(layer) + "." + s;
 }
 
-void qwen2moe_hf(const HfConfigReader& j, ModelConfig&) {
-  if (j.flag("use_sliding_window", false))
-    j.unsupported("use_sliding_window", "= true is not supported (no published Qwen2-MoE model uses it)");
+void qwen2moe_hf(const HfConfigReader& j, ModelConfig& c) {
+  refuse_qwen_sliding_window(j, c);
   if (j.count("decoder_sparse_step", 1) != 1)
     j.unsupported("decoder_sparse_step", "!= 1 (dense layers between sparse ones) is not supported");
   if (j.array_size("mlp_only_layers").value_or(0) != 0)

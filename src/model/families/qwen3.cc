@@ -3,17 +3,8 @@
 // biases, NeoX RoPE pairing (LLAMA_ROPE_TYPE_NEOX), an explicit head_dim (128 in the published
 // models, not hidden / heads), SiLU-gated FFN. Sliding window refused as for Qwen2.
 #include "model/families/families.h"
-#include "model/hf_config.h"
 
 namespace larql {
-namespace {
-
-void qwen3_hf(const HfConfigReader& j, ModelConfig&) {
-  if (j.flag("use_sliding_window", false))
-    j.unsupported("use_sliding_window", "= true is not supported (no published Qwen3 model uses it)");
-}
-
-}  // namespace
 
 const ArchRecord& qwen3_record() {
   static const ArchRecord r = [] {
@@ -29,7 +20,7 @@ const ArchRecord& qwen3_record() {
     a.hf_default_norm_eps = 1e-6;
     a.hf_default_head_dim = 128;
     a.residual_sufficient = true;
-    a.hf_hook = qwen3_hf;
+    a.hf_hook = refuse_qwen_sliding_window;
     return a;
   }();
   return r;
