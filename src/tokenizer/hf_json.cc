@@ -108,11 +108,17 @@ VocabData byte_level_vocab(const json& j, const json& m) {
   }
   const json added = j.contains("added_tokens") ? j["added_tokens"] : json::array();
   if (!added.is_array()) bad("added_tokens is not an array");
+  // Ids are dense: the vocabulary and the added tokens together fill [0, n), so no id can lie past
+  // their count (checked before anything is sized by it).
+  const int64_t max_id = static_cast<int64_t>(m["vocab"].size() + added.size());
+  if (n > max_id) bad("model.vocab holds an id of " + std::to_string(n - 1) + ", past its " + std::to_string(m["vocab"].size()) + " entries");
   for (const json& a : added) {
     if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
       bad("an added_tokens entry lacks an integer id or a content string");
     const int64_t id = a["id"].get<int64_t>();
-    if (id < 0 || id >= (int64_t{1} << 31)) bad("added token " + a["content"].dump() + " has id " + std::to_string(id));
+    if (id < 0 || id >= max_id)
+      bad("added token " + a["content"].dump() + " has id " + std::to_string(id) + ", outside [0, " +
+          std::to_string(max_id) + ") (model.vocab's entries and the added tokens)");
     n = std::max(n, id + 1);
   }
   const auto size = static_cast<size_t>(n);
@@ -141,18 +147,30 @@ VocabData byte_level_vocab(const json& j, const json& m) {
   if (!m.contains("merges") || !m["merges"].is_array() || m["merges"].empty())
     bad("model.merges is missing or empty (a byte-level BPE needs its merges)");
   v.merges.reserve(m["merges"].size());
+  const json& vocab = m["vocab"];
   size_t i = 0;
   for (const json& mg : m["merges"]) {
+    std::string l, r;
     if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
-      v.merges.push_back(mg[0].get<std::string>() + " " + mg[1].get<std::string>());
+      l = mg[0].get<std::string>();
+      r = mg[1].get<std::string>();
     } else if (mg.is_string()) {
       const std::string s = mg.get<std::string>();
-      if (s.size() < 2 || s.find(' ', 1) == std::string::npos)
+      const size_t sp = s.size() < 2 ? std::string::npos : s.find(' ', 1);
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
         bad("model.merges[" + std::to_string(i) + "] = " + mg.dump() + " is not two tokens separated by a space");
-      v.merges.push_back(s);
+      l = s.substr(0, sp);
+      r = s.substr(sp + 1);
     } else {
       bad("model.merges[" + std::to_string(i) + "] = " + mg.dump().substr(0, 100) + " is neither [left, right] nor \"left right\"");
     }
+    // As the tokenizers package loads them: both sides and their concatenation are vocabulary entries.
+    for (const std::string* piece : {&l, &r})
+      if (!vocab.contains(*piece))
+        bad("model.merges[" + std::to_string(i) + "] names " + json(*piece).dump() + ", which is not in model.vocab");
+    if (!vocab.contains(l + r))
+      bad("model.merges[" + std::to_string(i) + "] makes " + json(l + r).dump() + ", which is not in model.vocab");
+    v.merges.push_back(l + " " + r);
     ++i;
   }
   return v;
@@ -390,6 +408,48 @@ bool spm_prepends_space(const json& j) {
 
 }  // namespace
 
+namespace {
+
+// The normalizers and pre-tokenizers larql reproduces; anything else would change the ids
+// silently, so it is refused, named. Byte-level BPE: no normalizer, or NFC (Qwen2's, which
+// llama.cpp does not apply either: text already in NFC, as almost all is, tokenises the same).
+// SentencePiece-style: Replace(" ", "▁") / Prepend("▁") normalizers, a Metaspace pre-tokenizer or
+// a Split on " " (Gemma's).
+void check_pipeline(const json& j, bool byte_level) {
+  auto type_of = [](const json& x) { return x.is_object() ? x.value("type", std::string("?")) : std::string("?"); };
+  auto each = [&](const json& x, const char* list, auto&& f) {
+    if (x.is_null()) return;
+    if (type_of(x) == "Sequence" && x.contains(list) && x[list].is_array()) {
+      for (const json& y : x[list]) f(y);
+    } else {
+      f(x);
+    }
+  };
+  const json none;
+  const json& norm = j.contains("normalizer") ? j["normalizer"] : none;
+  each(norm, "normalizers", [&](const json& n) {
+    const std::string t = type_of(n);
+    const bool ok = byte_level ? t == "NFC" : t == "Replace" || t == "Prepend";
+    if (!ok)
+      throw Error(ErrorKind::Unsupported, "tokenizer.json: normalizer " + t + " is not supported for a " +
+                                              (byte_level ? "byte-level BPE (only NFC)" : "SentencePiece-style BPE (Replace, Prepend)"));
+  });
+  if (!byte_level) {
+    const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : none;
+    each(pre, "pretokenizers", [&](const json& p) {
+      // Gemma's Split on " " follows a normalizer that replaced every space: it splits nothing.
+      const bool space_split = type_of(p) == "Split" && p.contains("pattern") && p["pattern"].is_object() &&
+                               p["pattern"].value("String", std::string()) == " ";
+      if (type_of(p) != "Metaspace" && !space_split)
+        throw Error(ErrorKind::Unsupported, "tokenizer.json: pre_tokenizer " + type_of(p) +
+                                                " is not supported (a SentencePiece-style BPE takes Metaspace or none; a "
+                                                "byte-level one ByteLevel)");
+    });
+  }
+}
+
+}  // namespace
+
 VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
   json j;
   try {
@@ -406,6 +466,7 @@ VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_v
   const size_t n = m["vocab"].size();
   if (n == 0) bad("model.vocab is empty");
   const bool byte_level = j.contains("pre_tokenizer") && contains_byte_level(j["pre_tokenizer"]);
+  check_pipeline(j, byte_level);
   VocabData v;
   std::unordered_map<std::string, int32_t> index;  // piece -> id
   if (byte_level) {

@@ -358,6 +358,31 @@ TEST(Bpe, TokenizerJsonErrorsNameTheField) {
     k["model"]["merges"] = nlohmann::json::array();
     EXPECT_THROW(vocab_from_hf_tokenizer(k.dump(), ""), Error);
   }
+  // What the tokenizers package refuses or would tokenise otherwise: refused, named.
+  auto expect = [](const nlohmann::json& k, ErrorKind kind, const std::string& needle) {
+    try {
+      vocab_from_hf_tokenizer(k.dump(), "");
+      ADD_FAILURE() << "accepted; expected " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  {
+    auto k = j;
+    k["model"]["merges"][2] = nlohmann::json::array({"zzzq", "qqqz"});
+    expect(k, ErrorKind::Format, "model.merges[2] names \"zzzq\"");
+  }
+  {
+    auto k = j;
+    k["normalizer"] = {{"type", "NFKC"}};
+    expect(k, ErrorKind::Unsupported, "normalizer NFKC");
+  }
+  {
+    auto k = j;
+    k["added_tokens"][0]["id"] = 2147483000;
+    expect(k, ErrorKind::Format, "has id 2147483000");
+  }
 }
 
 TEST(Bpe, LongTextIsFast) {

@@ -81,6 +81,9 @@ TEST(HfJsonTest, RejectsBrokenFilesNamingTheField) {
   format_error(R"({"model":{"type":"BPE","vocab":{"a":0,"b":0}}})", "id 0 is used twice");
   format_error(R"({"model":{"type":"BPE","vocab":{"a":0,"b":5}}})", "model.vocab[\"b\"] = 5");
   format_error(R"({"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[["a","x"]]}})", "merge 0 (\"a\", \"x\")");
+  // A SentencePiece-style pipeline larql does not reproduce: refused, named.
+  format_error(R"({"pre_tokenizer":{"type":"Whitespace"},"model":{"type":"BPE","vocab":{"a":0}}})", "pre_tokenizer Whitespace");
+  format_error(R"({"normalizer":{"type":"Lowercase"},"model":{"type":"BPE","vocab":{"a":0}}})", "normalizer Lowercase");
   const HfTokenizerFiles f = to_hf_tokenizer(tiny());
   try {
     vocab_from_hf_tokenizer(f.tokenizer_json, R"({"bos_token":"<s>"})");
