@@ -13,7 +13,7 @@ threads). Shapes:
   llama-1b       Llama 3.2 1B: hidden 2048, 16 layers, 32 heads / 8 KV heads (head_dim 64),
                  FFN 8192, vocabulary 128256, tied embeddings, rope_theta 500000.
   mixtral-small  Mixtral's layer at a size two cores can run: hidden 2048, 16 layers, 16 heads /
-                 8 KV heads (head_dim 128), 8 experts of FFN 1408, top-2, vocabulary 32000.
+                 8 KV heads (head_dim 128), 8 experts of FFN 1536, top-2, vocabulary 32000.
 
 A SentencePiece-style vocabulary of byte tokens and made-up pieces stands in for the tokenizer:
 llama.cpp and larql tokenise the prompt text alike with it (docs/BENCHMARKS.md records results).
@@ -33,7 +33,7 @@ REPO = HERE.parent
 SHAPES = {
     "llama-1b": dict(hidden=2048, layers=16, heads=32, kv_heads=8, ffn=8192, vocab=128256, tied=True,
                      rope_base=500000.0, experts=None),
-    "mixtral-small": dict(hidden=2048, layers=16, heads=16, kv_heads=8, ffn=1408, vocab=32000, tied=False,
+    "mixtral-small": dict(hidden=2048, layers=16, heads=16, kv_heads=8, ffn=1536, vocab=32000, tied=False,
                           rope_base=1000000.0, experts=(8, 2)),
 }
 
