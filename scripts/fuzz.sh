@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the GGUF and safetensors readers, the vindex metadata readers, the engine state-file readers, the LQL parser and larql serve's request path with libFuzzer (+ASan/UBSan).
+# Fuzz the GGUF and safetensors readers, the vindex metadata readers, the engine state-file readers, the LQL parser, larql serve's request path and the model readers (config.json, tokenizer.json, a GGUF loaded as a model) with libFuzzer (+ASan/UBSan).
 # Usage: scripts/fuzz.sh [BUILD_DIR=build-fuzz] [SECONDS=60]   (SECONDS per target)
 # Configures BUILD_DIR with clang (RelWithDebInfo, LARQL_FUZZ=ON, LARQL_BUILD_TESTS=OFF) if it is
 # not configured yet, builds the targets, seeds the git-ignored fuzz/corpus-work/ (the committed
@@ -27,10 +27,10 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     -DCMAKE_CXX_COMPILER="$CXX_BIN" \
     -DLARQL_FUZZ=ON -DLARQL_BUILD_TESTS=OFF
 fi
-cmake --build "$BUILD_DIR" --target gguf_fuzz safetensors_fuzz vindex_fuzz state_fuzz lql_fuzz serve_fuzz -j "$JOBS"
+cmake --build "$BUILD_DIR" --target gguf_fuzz safetensors_fuzz vindex_fuzz state_fuzz lql_fuzz serve_fuzz model_fuzz -j "$JOBS"
 
 WORK="$ROOT/fuzz/corpus-work"
-mkdir -p "$WORK/gguf" "$WORK/safetensors" "$WORK/vindex" "$WORK/state" "$WORK/lql" "$WORK/serve" "$WORK/artifacts"
+mkdir -p "$WORK/gguf" "$WORK/safetensors" "$WORK/vindex" "$WORK/state" "$WORK/lql" "$WORK/serve" "$WORK/model" "$WORK/artifacts"
 cp -n "$ROOT"/fuzz/corpus/gguf/* "$WORK/gguf/" 2>/dev/null || true
 cp -n "$ROOT"/fuzz/corpus/safetensors/* "$WORK/safetensors/" 2>/dev/null || true
 cp -n "$ROOT"/fuzz/corpus/vindex/* "$WORK/vindex/" 2>/dev/null || true
@@ -38,6 +38,17 @@ cp -n "$ROOT"/fuzz/corpus/serve/* "$WORK/serve/" 2>/dev/null || true
 "$BUILD_DIR/fuzz/state_fuzz" -write_seeds="$WORK/state" >/dev/null 2>&1  # one valid state per engine
 # LQL seeds: each line of docs/lql.md's ```lql blocks that holds a statement, one file each.
 awk -v dir="$WORK/lql" '/^```lql/{inb=1; next} /^```/{inb=0; next} inb && /[A-Za-z]/ {n++; print > (dir "/doc-" n ".lql"); close(dir "/doc-" n ".lql")}' "$ROOT/docs/lql.md"
+
+# Model seeds (fuzz/model_fuzz.cc: the first byte picks the reader): the families' config.json and
+# tokenizer.json fixtures, and the GGUF seeds.
+for d in "$ROOT"/tests/model/data/families/*/; do
+  n="$(basename "$d")"
+  [[ -f "$WORK/model/config-$n" ]] || { printf '\x00'; cat "$d/config.json"; } > "$WORK/model/config-$n"
+  [[ -f "$WORK/model/tokenizer-$n" ]] || { printf '\x01'; cat "$d/tokenizer.json"; } > "$WORK/model/tokenizer-$n"
+done
+for f in "$ROOT"/fuzz/corpus/gguf/* "$ROOT"/tests/model/data/families/{mixtral,qwen2_moe,phi3}/*-q8_0.gguf; do
+  [[ -f "$WORK/model/gguf-$(basename "$f")" ]] || { printf '\x02'; cat "$f"; } > "$WORK/model/gguf-$(basename "$f")"
+done
 
 # run_target NAME CORPUS MAX_LEN [TIMEOUT=10] [EXTRA_FLAG]: run one target for SECONDS_TO_RUN;
 # exit 1 on a finding (a crash, or one input running longer than TIMEOUT seconds).
@@ -66,3 +77,4 @@ run_target vindex_fuzz "$WORK/vindex" 16384
 run_target state_fuzz "$WORK/state" 262144
 run_target lql_fuzz "$WORK/lql" 4096 1
 run_target serve_fuzz "$WORK/serve" 16384 10 -detect_leaks=0  # see fuzz/serve_fuzz.cc
+run_target model_fuzz "$WORK/model" 200000

@@ -15,7 +15,7 @@
 #include "util/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"larql — run and query transformer models (GGUF) on the CPU"};
+  CLI::App app{"larql — run and query transformer models (GGUF, Hugging Face directories, vindexes) on the CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "larql 0.1.0");
   // The kernels' ISA, chosen once for every kernel family before any verb runs (a verb's

@@ -167,9 +167,11 @@ void run(const ShowArgs& a) {
   std::printf("name           %s (%s, %s)\n", c.name.c_str(), c.arch.c_str(), src.format().c_str());
   int64_t window = 0;
   for (const LayerConfig& l : c.layers) window = std::max(window, l.window);
-  if (window > 0)
+  if (window > 0 && globals.empty())
+    std::printf("layers         %lld (all slide over %lld tokens)\n", (long long)c.n_layers, (long long)window);
+  else if (window > 0)
     std::printf("layers         %lld (global: %s; others slide over %lld tokens)\n", (long long)c.n_layers,
-                globals.empty() ? "none" : globals.c_str(), (long long)window);
+                globals.c_str(), (long long)window);
   else
     std::printf("layers         %lld (no sliding window)\n", (long long)c.n_layers);
   std::printf("hidden / ffn   %lld / %lld\n", (long long)c.hidden, (long long)c.ffn);
@@ -191,7 +193,8 @@ void run(const ShowArgs& a) {
                 (long long)c.n_experts_used, c.expert_weights_norm ? "renormalised" : "as routed",
                 (long long)c.expert_ffn,
                 c.shared_expert_ffn > 0 ? ("; shared expert ffn " + std::to_string(c.shared_expert_ffn)).c_str() : "");
-  std::printf("lm_head        %s\n", c.tied_embeddings ? "tied to token_embd" : "output.weight");
+  std::printf("lm_head        %s\n", c.tied_embeddings ? "tied to the token embedding"
+                                                       : ("its own matrix, " + src.tensor_name(TensorRole::Output, -1)).c_str());
   std::printf("tensors        %zu, %.1f MiB\n", tensors.size(), total / 1048576.0);
   for (const auto& [t, e] : by_type)
     std::printf("  %-6s %4zu tensors  %8.1f MiB\n", t.c_str(), e.first, e.second / 1048576.0);
@@ -218,7 +221,7 @@ void run(const ShowArgs& a) {
 void register_show(CLI::App& app) {
   auto a = std::make_shared<ShowArgs>();
   CLI::App* s = app.add_subcommand("show", "print a model's architecture, dtypes and tensors; for a vindex also its level, dtype, quant, bands and files");
-  s->add_option("model", a->model, "GGUF path, vindex directory or a name in models/")->required();
+  s->add_option("model", a->model, kModelHelp)->required();
   s->add_flag("--tensors", a->tensors, "list every tensor");
   s->add_flag("--metadata", a->metadata, "list every metadata key and value");
   s->add_flag("--json", a->json, "machine-readable output (includes every tensor)");

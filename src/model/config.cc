@@ -173,7 +173,8 @@ ModelConfig read_gguf_config(const GgufFile& f, const ArchRecord& rec) {
   if (n_exp.value_or(0) > 0 || has_router) {
     if (!rec.moe) unsupported(p + "expert_count: mixture-of-experts " + rec.title + " models are not supported");
     if (n_exp.value_or(0) < 1)
-      throw Error(ErrorKind::Format, f.path() + ": " + p + "expert_count = " + std::to_string(n_exp.value_or(0)) +
+      throw Error(ErrorKind::Format, f.path() + ": " + p + "expert_count " +
+                                         (n_exp ? "= " + std::to_string(*n_exp) : std::string("is missing")) +
                                          " but the file has expert tensors (blk.0.ffn_gate_inp.weight)");
     c.n_experts = *n_exp;
     c.n_experts_used = require_count(f, p + "expert_used_count");
