@@ -84,7 +84,7 @@ std::string apply_model_chat_template(const Tokenizer& tok, const std::vector<Ch
                             "directory's tokenizer_config.json / chat_template.jinja) is ") +
                     (tok.chat_template().empty() ? "absent and its vocabulary has no turn markers"
                                                  : "not one larql recognises") +
-                    "; larql applies the gemma, chatml, llama3, llama2 and phi3 formats (use `larql run` without "
+                    "; larql applies the gemma, chatml, llama3, llama2, phi3 and mistral formats (use `larql run` without "
                     "--chat and write the turn markup yourself)");
   return apply_chat_template(*format, messages, /*add_generation_prompt=*/true, tok.chat_template());
 }

@@ -36,8 +36,12 @@ std::optional<ChatFormat> detect_chat_template(std::string_view t) {
   if (t == "llama3") return ChatFormat::Llama3;
   if (t == "llama2") return ChatFormat::Llama2;
   if (t == "phi3") return ChatFormat::Phi3;
+  if (t == "mistral-v1" || t == "mistral-v3" || t == "mistral-v3-tekken" || t == "mistral-v7") return ChatFormat::Mistral;
   if (contains(t, "<|im_start|>")) return ChatFormat::ChatML;
-  if (contains(t, "[INST]")) return ChatFormat::Llama2;
+  if (contains(t, "[INST]"))
+    return contains(t, "[SYSTEM_PROMPT]") || contains(t, "' [INST] ' + system_message") || contains(t, "[AVAILABLE_TOOLS]")
+               ? ChatFormat::Mistral
+               : ChatFormat::Llama2;
   if (contains(t, "<start_of_turn>")) return ChatFormat::Gemma;
   if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return ChatFormat::Llama3;
   if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) return ChatFormat::Phi3;
@@ -61,6 +65,7 @@ const char* chat_format_name(ChatFormat f) {
     case ChatFormat::Llama3: return "llama3";
     case ChatFormat::Llama2: return "llama2";
     case ChatFormat::Phi3: return "phi3";
+    case ChatFormat::Mistral: return "mistral";
   }
   return "?";
 }
@@ -81,6 +86,41 @@ std::string apply_chat_template(ChatFormat f, const std::vector<ChatMessage>& me
       }
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
+    case ChatFormat::Mistral: {
+      // llama.cpp llm_chat_apply_template, LLM_CHAT_TEMPLATE_MISTRAL_V7 / V1 / V3 / V3_TEKKEN, the
+      // variant chosen as llm_chat_detect_template chooses it.
+      if (jinja == "mistral-v7" || contains(jinja, "[SYSTEM_PROMPT]")) {
+        for (size_t i = 0; i < messages.size(); ++i) {
+          const std::string_view role = role_of(messages[i], i);
+          if (role == "system") out += "[SYSTEM_PROMPT] " + messages[i].content + "[/SYSTEM_PROMPT]";
+          else if (role == "user") out += "[INST] " + messages[i].content + "[/INST]";
+          else out += " " + messages[i].content + "</s>";
+        }
+        return out;
+      }
+      const bool v1 = jinja == "mistral-v1" || (jinja != "mistral-v3" && jinja != "mistral-v3-tekken" && contains(jinja, " [INST]"));
+      const bool tekken = !v1 && (jinja == "mistral-v3-tekken" || contains(jinja, "\"[INST]\""));
+      const std::string lead = v1 ? " " : "", trail = tekken ? "" : " ";
+      bool inside_turn = false;
+      for (size_t i = 0; i < messages.size(); ++i) {
+        if (!inside_turn) {
+          out += lead + "[INST]" + trail;
+          inside_turn = true;
+        }
+        const std::string_view role = role_of(messages[i], i);
+        if (role == "system") {
+          out += messages[i].content + "\n\n";
+        } else if (role == "user") {
+          out += messages[i].content + lead + "[/INST]";
+        } else {
+          out += trail;
+          out += !v1 && !tekken ? trim(messages[i].content) : std::string_view(messages[i].content);
+          out += "</s>";
+          inside_turn = false;
+        }
+      }
+      return out;
+    }
     case ChatFormat::Phi3:
       for (size_t i = 0; i < messages.size(); ++i) {
         out += "<|";

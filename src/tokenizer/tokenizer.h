@@ -184,14 +184,16 @@ struct ChatMessage {
 };
 
 /// Chat formats larql can apply, named as llama.cpp names them (src/llama-chat.cpp).
-enum class ChatFormat { Gemma, ChatML, Llama3, Llama2, Phi3 };
+enum class ChatFormat { Gemma, ChatML, Llama3, Llama2, Phi3, Mistral };
 
 /// The format of a model's Jinja chat template (tokenizer.chat_template), detected as
-/// llama.cpp's llm_chat_detect_template does: `<|im_start|>` -> ChatML; `[INST]` -> Llama2;
-/// `<start_of_turn>` -> Gemma; `<|start_header_id|>` and `<|end_header_id|>` -> Llama3;
-/// `<|assistant|>` and `<|end|>` -> Phi3 (in that order). A bare name ("gemma", "chatml", "llama3", "llama2") is accepted too. nullopt for an
-/// empty or unrecognised template (llama.cpp's variants that larql does not apply — Mistral
-/// v7, Phi-4, ... — are unrecognised here).
+/// llama.cpp's llm_chat_detect_template does: `<|im_start|>` -> ChatML; `[INST]` -> Mistral for
+/// Mistral's official templates (`[SYSTEM_PROMPT]`, `' [INST] ' + system_message`,
+/// `[AVAILABLE_TOOLS]`), else Llama2; `<start_of_turn>` -> Gemma; `<|start_header_id|>` and
+/// `<|end_header_id|>` -> Llama3; `<|assistant|>` and `<|end|>` -> Phi3 (in that order). A bare
+/// name ("gemma", "chatml", "llama3", "llama2", "phi3", "mistral-v1", "mistral-v3",
+/// "mistral-v3-tekken", "mistral-v7") is accepted too. nullopt for an empty or unrecognised
+/// template (llama.cpp's variants that larql does not apply — Phi-4, ... — are unrecognised here).
 std::optional<ChatFormat> detect_chat_template(std::string_view jinja);
 const char* chat_format_name(ChatFormat f);
 
@@ -206,6 +208,9 @@ std::optional<ChatFormat> chat_format_of(const Tokenizer& tok);
 ///   ChatML: `<|im_start|>{role}\n{content}<|im_end|>\n` per message; generation prompt
 ///           `<|im_start|>assistant\n`;
 ///   Phi3: `<|{role}|>\n{content}<|end|>\n` per message; generation prompt `<|assistant|>\n`;
+///   Mistral: llama.cpp's MISTRAL_V7 (`[SYSTEM_PROMPT] {s}[/SYSTEM_PROMPT][INST] {u}[/INST] {a}</s>`),
+///           V1 (` [INST] {s}\n\n{u} [/INST] {a}</s>`), V3 (`[INST] {u}[/INST] {a | trim}</s>`) and
+///           V3-Tekken (`[INST]{u}[/INST]{a}</s>`), the variant read from `jinja` as llama.cpp does;
 ///   Llama3: `<|start_header_id|>{role}<|end_header_id|>\n\n{content | trim}<|eot_id|>`;
 ///           generation prompt `<|start_header_id|>assistant<|end_header_id|>\n\n`;
 ///   Llama2: `[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]{assistant}</s>[INST] ...`;

@@ -445,6 +445,28 @@ TEST(ChatTemplate, Phi3AsLlamaCpp) {
             "<|assistant|>\n");
 }
 
+TEST(ChatTemplate, MistralVariantsAsLlamaCpp) {
+  // llama.cpp 0.3.36's llama_chat_apply_template("mistral-v7" / "-v1" / "-v3" / "-v3-tekken") on
+  // kConversation, printed by it (not by larql).
+  EXPECT_EQ(apply_chat_template(ChatFormat::Mistral, kConversation, true, "mistral-v7"),
+            "[SYSTEM_PROMPT] Be brief.[/SYSTEM_PROMPT][INST]  Hi [/INST]  Hello! </s>[INST] Bye[/INST]");
+  EXPECT_EQ(apply_chat_template(ChatFormat::Mistral, kConversation, true, "mistral-v1"),
+            " [INST] Be brief.\n\n Hi  [/INST]  Hello! </s> [INST] Bye [/INST]");
+  EXPECT_EQ(apply_chat_template(ChatFormat::Mistral, kConversation, true, "mistral-v3"),
+            "[INST] Be brief.\n\n Hi [/INST] Hello!</s>[INST] Bye[/INST]");
+  EXPECT_EQ(apply_chat_template(ChatFormat::Mistral, kConversation, true, "mistral-v3-tekken"),
+            "[INST]Be brief.\n\n Hi [/INST] Hello! </s>[INST]Bye[/INST]");
+  // Detection as llm_chat_detect_template: Mistral's official templates, else Llama 2's.
+  EXPECT_EQ(detect_chat_template("{%- if messages[0]['role'] == 'system' %}[SYSTEM_PROMPT]{{ m }}[/SYSTEM_PROMPT]"
+                                 "{%- endif %}[INST]"),
+            ChatFormat::Mistral);
+  EXPECT_EQ(detect_chat_template("{{ bos_token }}{% if loop.first %}{{ ' [INST] ' + system_message }}{% endif %}[INST]"),
+            ChatFormat::Mistral);
+  EXPECT_EQ(detect_chat_template("[AVAILABLE_TOOLS] {{ '[INST]' }}"), ChatFormat::Mistral);
+  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' + m + ' [/INST]' }}"), ChatFormat::Llama2);
+  EXPECT_EQ(detect_chat_template("mistral-v7"), ChatFormat::Mistral);
+}
+
 TEST(ChatTemplate, GemmaThroughTheDispatcherAndUnknownRoles) {
   EXPECT_EQ(apply_chat_template(ChatFormat::Gemma, kConversation, true),
             "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
