@@ -250,6 +250,39 @@ TEST(Ops, GeluTanhMulMatchesDoubleFormula) {
   }
 }
 
+// The vectorised SiLU-gated product against the double formula x / (1 + e^-x) * up (Elfwing et
+// al. 2018), over a wide range and the extremes; and position independence as for GELU.
+TEST(Ops, SiluMulMatchesDoubleFormula) {
+  std::vector<float> g, u;
+  for (double x = -100.0; x <= 100.0; x += 0.0371) {
+    g.push_back(static_cast<float>(x));
+    u.push_back(static_cast<float>(0.5 + std::fmod(std::abs(x), 1.0)));
+  }
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, -88.0f, 1e4f, -1e4f, 3e38f, -3e38f}) {
+    g.push_back(x);
+    u.push_back(1.0f);
+  }
+  std::vector<float> o(g.size());
+  compute::silu_mul(g.data(), u.data(), o.data(), static_cast<int64_t>(g.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double x = g[i];
+    const double want = (std::abs(x) > 1e3 ? (x > 0 ? x : 0.0) : x / (1.0 + std::exp(-x))) * u[i];
+    // exp(-x) inherits the float rounding of x: relative |x| * 2^-24 more.
+    ASSERT_NEAR(o[i], want, (1e-6 + std::abs(x) * 1.2e-7) * std::abs(want) + 1e-30) << "x=" << g[i];
+    ASSERT_TRUE(std::isfinite(o[i])) << g[i];
+    ASSERT_NEAR(compute::silu(g[i]) * u[i], want, (1e-6 + std::abs(x) * 1.2e-7) * std::abs(want) + 1e-30) << g[i];
+  }
+  const auto base = randn(40, 23, 4.0f);
+  std::vector<float> ones(base.size(), 1.0f), ref(base.size());
+  compute::silu_mul(base.data(), ones.data(), ref.data(), static_cast<int64_t>(base.size()));
+  for (int64_t off = 0; off < 9; ++off)
+    for (int64_t n = 1; n + off <= static_cast<int64_t>(base.size()); n += 5) {
+      std::vector<float> out(static_cast<size_t>(n));
+      compute::silu_mul(base.data() + off, ones.data(), out.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], ref[off + i]) << off << " " << n << " " << i;
+    }
+}
+
 // Each output depends on its own inputs only: the same value anywhere in a vector of any length
 // (SIMD body or tail) gives the same bits. Batched and one-token FFNs rely on it.
 TEST(Ops, ElementwiseKernelsArePositionIndependent) {
