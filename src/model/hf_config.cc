@@ -258,7 +258,7 @@ ModelConfig config_from_hf_json(std::string_view text, const std::string& where)
   c.qk_norm = rec->qk_norm;
   if (!rec->qkv_bias_always && r.flag("attention_bias", false))
     r.unsupported("attention_bias", "= true (biases on q/k/v and o_proj) is not supported");
-  c.qkv_bias = rec->qkv_bias_always;
+  c.qkv_bias = rec->qkv_bias_always && r.flag("qkv_bias", true);  // transformers 5's Qwen2-MoE can turn them off
   c.tied_embeddings = r.flag("tie_word_embeddings", rec->hf_default_tied);
 
   // Mixture of experts: Mixtral's num_local_experts / Qwen2-MoE's num_experts, num_experts_per_tok,
