@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import peer
-from test_llama_family import TEXT, vocabulary
+from test_llama_family import TEXT, add_vocabulary, vocabulary
 from test_parity import KL_ABS, KL_FLOOR_FACTOR, SANITY_KL, SANITY_TOP1, TOP1_ABS, TOP1_FLOOR_SLACK
 
 gguf = pytest.importorskip("gguf")
@@ -95,15 +95,7 @@ def write_family(path, arch, head_dim, *, biases=False, qk_norm=False, post_norm
             w.add_expert_feed_forward_length(ffn_exp)
         if ffn_shared:
             w.add_expert_shared_feed_forward_length(ffn_shared)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_unk_token_id(0)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_vocabulary(w, tokens, scores, types)
 
     def mat(rows, cols, scale):
         return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)

@@ -47,6 +47,20 @@ def vocabulary():
     return tokens, scores, types
 
 
+def add_vocabulary(w, tokens, scores, types):
+    """The SentencePiece vocabulary of vocabulary() as GGUF tokenizer.ggml.* metadata (unk 0,
+    BOS 1 added, EOS 2)."""
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
 def write_llama(path, *, biases: bool, tied: bool, dtype=np.float32, zero_biases=False, seed=7,
                 rope_dims=HEAD_DIM, chat_template=None):
     rng = np.random.default_rng(seed)
@@ -65,15 +79,7 @@ def write_llama(path, *, biases: bool, tied: bool, dtype=np.float32, zero_biases
         w.add_chat_template(chat_template)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_unk_token_id(0)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_vocabulary(w, tokens, scores, types)
 
     def mat(rows, cols, scale):
         return (rng.standard_normal((rows, cols)) * scale).astype(dtype)

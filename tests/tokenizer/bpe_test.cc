@@ -14,6 +14,7 @@
 
 #include "formats/gguf.h"
 #include "testlib/paths.h"
+#include "testlib/tokenizer_cases.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/tokenizer.h"
@@ -38,44 +39,9 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string from_hex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2)
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  return out;
-}
+using Case = testing::TokenizerCase;
 
-struct Case {
-  std::string name, text;
-  bool valid_utf8 = true;
-  Ids ids_special, ids_plain;
-  std::optional<std::string> detok;        ///< llama.cpp detokenize, specials kept
-  std::optional<std::string> detok_plain;  ///< llama.cpp detokenize, remove_special, no unparse
-};
-
-std::vector<Case> load_cases(const std::string& path) {
-  std::vector<Case> out;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line);
-    Case c;
-    c.name = j.at("name").get<std::string>();
-    if (j.contains("text")) {
-      c.text = j.at("text").get<std::string>();
-    } else {
-      c.text = from_hex(j.at("text_hex").get<std::string>());
-      c.valid_utf8 = false;
-    }
-    c.ids_special = j.at("ids_special").get<Ids>();
-    c.ids_plain = j.at("ids_plain").get<Ids>();
-    if (j.contains("detok_hex")) c.detok = from_hex(j.at("detok_hex").get<std::string>());
-    if (j.contains("detok_plain_hex")) c.detok_plain = from_hex(j.at("detok_plain_hex").get<std::string>());
-    out.push_back(std::move(c));
-  }
-  return out;
-}
+std::vector<Case> load_cases(const std::string& path) { return testing::load_tokenizer_cases(path); }
 
 Tokenizer gguf_tokenizer(const std::string& name) {
   return Tokenizer::from_gguf(*GgufFile::open(data_dir(name) + "/vocab.gguf"));

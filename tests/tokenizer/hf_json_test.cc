@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testlib/tokenizer_cases.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -93,11 +95,7 @@ TEST(HfJsonTest, RejectsBrokenFilesNamingTheField) {
   }
 }
 
-std::string from_hex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  return out;
-}
+using testing::from_hex;
 
 // The default model's vocabulary through tokenizer.gguf (how a vindex stores it) is the GGUF's,
 // field for field.
