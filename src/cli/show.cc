@@ -54,6 +54,8 @@ nlohmann::json vindex_json(const std::string& dir, const vindex::VindexIndex& x)
           {"intermediate_size", x.intermediate_size},
           {"vocab_size", x.vocab_size},
           {"features", x.layers.empty() ? 0 : x.layers[0].num_features},
+          {"experts", x.layers.empty() ? 0 : x.layers[0].num_experts},
+          {"features_per_expert", x.layers.empty() ? 0 : x.layers[0].num_features_per_expert},
           {"down_top_k", x.down_top_k},
           {"layer_bands", bands},
           {"source", {{"format", x.source.format}, {"name", x.source.name}, {"fingerprint", x.source.fingerprint},
@@ -69,8 +71,15 @@ void print_vindex(const nlohmann::json& v) {
   std::printf("level          %s%s\n", v["extract_level"].get<std::string>().c_str(),
               v["runnable"].get<bool>() ? " (runs a model)" : " (does not run a model: needs level inference)");
   std::printf("dtype / quant  %s / %s\n", v["dtype"].get<std::string>().c_str(), v["quant"].get<std::string>().c_str());
-  std::printf("layers         %lld x %lld features, hidden %lld, vocab %lld, down_top_k %lld\n",
-              v["num_layers"].get<long long>(), v["features"].get<long long>(), v["hidden_size"].get<long long>(),
+  std::string experts;
+  if (v["experts"].get<long long>() > 0) {
+    const long long e = v["experts"].get<long long>(), per = v["features_per_expert"].get<long long>();
+    experts = " (" + std::to_string(e) + " experts x " + std::to_string(per);
+    if (v["features"].get<long long>() > e * per) experts += " + " + std::to_string(v["features"].get<long long>() - e * per) + " shared";
+    experts += ")";
+  }
+  std::printf("layers         %lld x %lld features%s, hidden %lld, vocab %lld, down_top_k %lld\n",
+              v["num_layers"].get<long long>(), v["features"].get<long long>(), experts.c_str(), v["hidden_size"].get<long long>(),
               v["vocab_size"].get<long long>(), v["down_top_k"].get<long long>());
   std::string bands;
   for (const auto& [k, b] : v["layer_bands"].items())

@@ -22,6 +22,7 @@
 #include "formats/gguf.h"
 #include "model/arch.h"
 #include "model/config_json.h"
+#include "model/ffn_features.h"
 #include "model/vindex_source.h"
 #include "quant/quant.h"
 #include "tokenizer/hf_json.h"
@@ -123,9 +124,12 @@ DType stored_type(TensorRole role, const SourceTensor& t, const std::string& qua
   if (quant == "keep") return t.type;
   if (t.dims.size() < 2) return DType::F32;
   const DType flt = dtype == "f32" ? DType::F32 : dtype == "f16" ? DType::F16 : DType::BF16;
-  if (quant == "none" || role == TensorRole::TokenEmbd || role == TensorRole::Output) return flt;
+  // The router stays at `dtype`: llama.cpp's quantiser never quantises ffn_gate_inp either (a
+  // few thousand values that pick the experts).
+  if (quant == "none" || role == TensorRole::TokenEmbd || role == TensorRole::Output || role == TensorRole::FfnGateInp) return flt;
   const uint64_t cols = t.dims[0];
-  const bool six = role == TensorRole::AttnV || role == TensorRole::FfnDown;
+  const bool six = role == TensorRole::AttnV || role == TensorRole::FfnDown || role == TensorRole::FfnDownExps ||
+                   role == TensorRole::FfnDownShexp;
   if (cols % 256 == 0) return six ? DType::Q6_K : DType::Q4_K;
   if (cols % 32 == 0) return six ? DType::Q8_0 : DType::Q5_0;
   return flt;
@@ -177,7 +181,9 @@ void write_weights(const Model& model, const fs::path& staging, vindex::ExtractL
     else write_converted(*w, *t, type);
     const uint64_t length = w->size() - offset;
     json shape = json::array();
-    if (t->dims.size() >= 2) {
+    if (t->dims.size() == 3) {  // stacked experts: [n_experts, rows, cols]
+      shape = {t->dims[2], t->dims[1], t->dims[0]};
+    } else if (t->dims.size() >= 2) {
       uint64_t rows = 1;
       for (size_t i = 1; i < t->dims.size(); ++i) rows *= t->dims[i];
       shape = {rows, t->dims[0]};
@@ -268,15 +274,28 @@ long staging_pid(const std::string& name, const std::string& prefix) {
   return end != nullptr && *end == '\0' ? pid : 0;
 }
 
+// A layer's gate matrices in feature order (model/ffn_features.h): the dense FFN's, or each
+// routed expert's then the shared expert's. The down matrices likewise.
+std::vector<const TensorView*> gate_matrices(const ModelConfig& c, const LayerWeights& l) {
+  if (c.n_experts == 0) return {&l.w_gate};
+  std::vector<const TensorView*> out;
+  for (const TensorView& g : l.exp_gate) out.push_back(&g);
+  if (c.shared_expert_ffn > 0) out.push_back(&l.shexp_gate);
+  return out;
+}
+std::vector<const TensorView*> down_matrices(const ModelConfig& c, const LayerWeights& l) {
+  if (c.n_experts == 0) return {&l.w_down};
+  std::vector<const TensorView*> out;
+  for (const TensorView& d : l.exp_down) out.push_back(&d);
+  if (c.shared_expert_ffn > 0) out.push_back(&l.shexp_down);
+  return out;
+}
+
 bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
 
 }  // namespace
 
 ExtractResult extract_vindex(const Model& model, const std::string& out_dir, const ExtractOptions& opt) {
-  if (model.config().n_experts > 0)
-    throw Error(ErrorKind::Unsupported, "extract: " + model.path() + " is a mixture-of-experts model (" +
-                                            std::to_string(model.config().n_experts) +
-                                            " experts a layer); its vindex is not built yet");
   const auto t0 = std::chrono::steady_clock::now();
   const bool weights = opt.level >= vindex::ExtractLevel::Attention;
   if (weights && opt.quant != "keep" && opt.quant != "none" && opt.quant != "q4k")
@@ -369,7 +388,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     x.source = vindex::Source{source_format, src_path.filename().string(), model.fingerprint(), utc_timestamp(), opt.larql_version};
     x.num_layers = c.n_layers;
     x.hidden_size = c.hidden;
-    x.intermediate_size = c.ffn;
+    x.intermediate_size = ffn_feature_count(c);
     x.vocab_size = w.token_embd.rows;
     x.embed_scale = c.embed_scale;
     x.extract_level = opt.level;
@@ -382,10 +401,15 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     {
       const uint64_t per_value = static_cast<uint64_t>(vindex::dtype_size(opt.dtype));
       uint64_t at = 0;
+      const int64_t nf = ffn_feature_count(c);
       for (int64_t l = 0; l < c.n_layers; ++l) {
-        const TensorView& g = w.layers[static_cast<size_t>(l)].w_gate;
-        const uint64_t len = static_cast<uint64_t>(g.rows) * static_cast<uint64_t>(g.cols) * per_value;
-        x.layers.push_back(vindex::LayerSlot{l, g.rows, at, len});
+        const uint64_t len = static_cast<uint64_t>(nf) * static_cast<uint64_t>(c.hidden) * per_value;
+        vindex::LayerSlot slot{l, nf, at, len};
+        if (c.n_experts > 0) {
+          slot.num_experts = c.n_experts;
+          slot.num_features_per_expert = c.expert_ffn;
+        }
+        x.layers.push_back(slot);
         at += len;
       }
     }
@@ -394,7 +418,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     if (!record.has("gate_vectors.bin")) {
       AtomicWriter out((staging / "gate_vectors.bin").string(), "gate_vectors.bin");
       for (int64_t l = 0; l < c.n_layers; ++l) {
-        write_rows(out, w.layers[static_cast<size_t>(l)].w_gate, opt.dtype, nullptr);
+        for (const TensorView* g : gate_matrices(c, w.layers[static_cast<size_t>(l)])) write_rows(out, *g, opt.dtype, nullptr);
         progress("gate vectors", l + 1, c.n_layers);
       }
       out.commit();
@@ -436,18 +460,24 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
       topt.top_k = opt.down_top_k;
       topt.skip = &skip;
       std::vector<float> row, cols;
+      const int64_t nf = ffn_feature_count(c);
       for (int64_t l = 0; l < c.n_layers; ++l) {
-        const TensorView& d = w.layers[static_cast<size_t>(l)].w_down;  // [hidden, ffn]
-        row.resize(static_cast<size_t>(d.cols));
-        cols.resize(static_cast<size_t>(d.cols * d.rows));
-        for (int64_t r = 0; r < d.rows; ++r) {
-          quant::dequantize_row(d.type, d.row(r), row.data(), d.cols);
-          for (int64_t f = 0; f < d.cols; ++f) cols[static_cast<size_t>(f * d.rows + r)] = row[static_cast<size_t>(f)];
+        // Every feature's down column as a query [nf, hidden]: the layer's down matrices
+        // ([hidden, ffn] each: a dense FFN's, or every expert's then the shared expert's) side by side.
+        cols.resize(static_cast<size_t>(nf * c.hidden));
+        int64_t f0 = 0;
+        for (const TensorView* d : down_matrices(c, w.layers[static_cast<size_t>(l)])) {
+          row.resize(static_cast<size_t>(d->cols));
+          for (int64_t r = 0; r < d->rows; ++r) {
+            quant::dequantize_row(d->type, d->row(r), row.data(), d->cols);
+            for (int64_t f = 0; f < d->cols; ++f) cols[static_cast<size_t>((f0 + f) * d->rows + r)] = row[static_cast<size_t>(f)];
+          }
+          f0 += d->cols;
         }
-        const auto top = compute::top_k_rows(pool, w.token_embd, cols.data(), d.cols, topt);
+        const auto top = compute::top_k_rows(pool, w.lm_head, cols.data(), nf, topt);
         std::vector<vindex::TokenScore> entries(top.size());
         for (size_t i = 0; i < top.size(); ++i) entries[i] = {static_cast<uint32_t>(top[i].row), top[i].score};
-        dm.add_layer(static_cast<uint32_t>(l), static_cast<uint32_t>(d.cols), entries);
+        dm.add_layer(static_cast<uint32_t>(l), static_cast<uint32_t>(nf), entries);
         progress("down_meta", l + 1, c.n_layers);
       }
       dm.commit();

@@ -60,7 +60,7 @@ inline constexpr const char* kProgressFile = ".extract-progress.json";
 /// extract never leaves a directory that verify() or a loader accepts at `out_dir`, and the next
 /// extract to the same place removes the staging directories of extracts whose process is gone.
 /// Browse level writes gate_vectors.bin, embeddings.bin, down_meta.bin (per feature the top-K
-/// tokens of token_embd · W_down[:, f], exact scores; tokens that decode to nothing skipped),
+/// tokens of lm_head · W_down[:, f] (the embedding when tied), exact scores; tokens that decode to nothing skipped),
 /// tokenizer.json, tokenizer_config.json and index.json.
 /// Level attention adds the attention weights and every norm, stored as `quant` says
 /// (attn_weights.bin, norms.bin) and weight_manifest.json naming them; such a vindex does not

@@ -30,7 +30,7 @@ std::vector<std::vector<vindex::TokenScore>> down_records_of(Session& s, const O
   if (!dm || features.empty()) return {};
   EditState& ed = s.edits();
   auto model = s.model("down_meta");
-  const TensorView& emb = model->weights().token_embd;
+  const TensorView& emb = model->weights().lm_head;  // down_meta's matrix (docs/vindex-format.md)
   if (!ed.down_skip) {
     const Tokenizer& tok = s.tokenizer();
     auto skip = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(emb.rows), 0);

@@ -8,6 +8,7 @@
 #include "extract/gguf_export.h"
 #include "lql/edits.h"
 #include "lql/exec_internal.h"
+#include "model/ffn_features.h"
 #include "model/model.h"
 #include "model/overlay_source.h"
 #include "model/vindex_source.h"
@@ -25,13 +26,6 @@ std::string ref_name(const VindexRef& r, Session& s) { return r.current ? s.path
 void row_floats(const TensorView& t, int64_t r, std::vector<float>& out) {
   out.resize(static_cast<size_t>(t.cols));
   quant::dequantize_row(t.type, t.row(r), out.data(), t.cols);
-}
-
-/// A whole matrix as floats, row-major [rows, cols].
-std::vector<float> matrix_floats(const TensorView& t) {
-  std::vector<float> out(static_cast<size_t>(t.rows * t.cols));
-  for (int64_t r = 0; r < t.rows; ++r) quant::dequantize_row(t.type, t.row(r), out.data() + r * t.cols, t.cols);
-  return out;
 }
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
@@ -78,9 +72,31 @@ std::shared_ptr<const WeightSource> side_source(Session& side, Session& s) {
   return side.base_source("DIFF ... INTO PATCH");
 }
 
-bool same_tensor(const std::optional<SourceTensor>& a, const TensorView& b) {
-  return a && a->type == b.type && a->nbytes == static_cast<size_t>(b.rows) * b.row_bytes &&
-         std::memcmp(a->data, b.data, a->nbytes) == 0;
+bool same_tensor(const std::optional<SourceTensor>& a, const std::optional<SourceTensor>& b) {
+  return a && b && a->type == b->type && a->nbytes == b->nbytes && std::memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+// Every FFN feature's down column of a layer, feature-major [features, hidden] (model/ffn_features.h
+// numbering: a dense FFN's down matrix, or each expert's then the shared expert's).
+std::vector<float> down_columns(const ModelConfig& c, const LayerWeights& l) {
+  std::vector<const TensorView*> parts;
+  if (c.n_experts == 0) {
+    parts = {&l.w_down};
+  } else {
+    for (const TensorView& d : l.exp_down) parts.push_back(&d);
+    if (c.shared_expert_ffn > 0) parts.push_back(&l.shexp_down);
+  }
+  std::vector<float> out(static_cast<size_t>(ffn_feature_count(c) * c.hidden)), row;
+  int64_t f0 = 0;
+  for (const TensorView* d : parts) {  // [hidden, cols]
+    row.resize(static_cast<size_t>(d->cols));
+    for (int64_t r = 0; r < d->rows; ++r) {
+      quant::dequantize_row(d->type, d->row(r), row.data(), d->cols);
+      for (int64_t f = 0; f < d->cols; ++f) out[static_cast<size_t>((f0 + f) * c.hidden + r)] = row[static_cast<size_t>(f)];
+    }
+    f0 += d->cols;
+  }
+  return out;
 }
 
 }  // namespace
@@ -165,18 +181,12 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
   for (int64_t l : layers) {
     s.check_cancel();
     const TensorView gate_a = A.gate(l), gate_b = B.gate(l);
-    std::vector<float> down_a, down_b;
-    TensorView up_a, up_b;
-    int64_t down_rows = 0, nf_down = 0;
+    std::vector<float> down_a, down_b;  // [features, hidden]
+    int64_t hidden = 0;
     if (weights) {
-      const auto& la = ma->weights().layers[static_cast<size_t>(l)];
-      const auto& lb = mb->weights().layers[static_cast<size_t>(l)];
-      up_a = la.w_up;
-      up_b = lb.w_up;
-      down_a = matrix_floats(la.w_down);  // [hidden, ffn]: feature f is column f
-      down_b = matrix_floats(lb.w_down);
-      down_rows = la.w_down.rows;
-      nf_down = la.w_down.cols;
+      down_a = down_columns(ma->config(), ma->weights().layers[static_cast<size_t>(l)]);
+      down_b = down_columns(mb->config(), mb->weights().layers[static_cast<size_t>(l)]);
+      hidden = ma->config().hidden;
     }
     std::vector<float> ua, ub;
     for (int64_t f = 0; f < gate_a.rows; ++f) {
@@ -191,14 +201,13 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
       const bool gate_changed = !same_bits(ga.data(), gb.data(), ga.size());
       if (gate_changed) mark("gate");
       if (weights) {
-        row_floats(up_a, f, ua);
-        row_floats(up_b, f, ub);
+        const FfnFeatureViews va = ffn_feature_views(ma->config(), ma->weights().layers[static_cast<size_t>(l)], f);
+        const FfnFeatureViews vb = ffn_feature_views(mb->config(), mb->weights().layers[static_cast<size_t>(l)], f);
+        row_floats(*va.up, va.row, ua);
+        row_floats(*vb.up, vb.row, ub);
         if (!same_bits(ua.data(), ub.data(), ua.size())) mark("up");
-        for (int64_t r = 0; r < down_rows; ++r)
-          if (std::memcmp(&down_a[r * nf_down + f], &down_b[r * nf_down + f], sizeof(float)) != 0) {
-            mark("down");
-            break;
-          }
+        if (!same_bits(&down_a[static_cast<size_t>(f * hidden)], &down_b[static_cast<size_t>(f * hidden)], static_cast<size_t>(hidden)))
+          mark("down");
       }
       const auto top_a = feature_top(A, l, f), top_b = feature_top(B, l, f);
       const bool top_changed = (top_a.has_value() != top_b.has_value()) || (top_a && top_a->first != top_b->first);
@@ -212,10 +221,10 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
         op.kind = PatchOp::Kind::Update;
         op.layer = l;
         op.feature = f;
-        row_floats(mb->weights().layers[static_cast<size_t>(l)].w_gate, f, op.gate);
+        const FfnFeatureViews vb = ffn_feature_views(mb->config(), mb->weights().layers[static_cast<size_t>(l)], f);
+        row_floats(*vb.gate, vb.row, op.gate);
         op.up = ub;
-        op.down.resize(static_cast<size_t>(down_rows));
-        for (int64_t r = 0; r < down_rows; ++r) op.down[static_cast<size_t>(r)] = down_b[r * nf_down + f];
+        op.down.assign(down_b.begin() + f * hidden, down_b.begin() + (f + 1) * hidden);
         ops.push_back(std::move(op));
       }
       if (st.limit && static_cast<int64_t>(t.rows.size()) >= *st.limit) continue;
@@ -225,6 +234,7 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
       t.rows.push_back({l, f, changed, old_top, new_top, cosine(ga, gb)});
     }
   }
+  add_expert_column(s, t);
   t.notes.push_back(std::to_string(total) + " of " + std::to_string(compared) + " features differ (compared: gate rows" +
                     (weights ? ", up rows, down columns" : "") + ", down_meta top token" +
                     (weights ? "" : "; up / down need model weights on both sides") + ")");
@@ -236,12 +246,16 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
     auto check = std::make_shared<OverlaySource>(side_source(A, s));
     for (const auto& op : ops) check->set_ffn_feature(op.layer, op.feature, op.gate.data(), op.up.data(), op.down.data());
     int64_t differ = 0;
+    const std::shared_ptr<const WeightSource> src_b = side_source(B, s);
     for (int64_t l : layers) {
-      const auto& lb = mb->weights().layers[static_cast<size_t>(l)];
-      if (!same_tensor(check->tensor(TensorRole::FfnGate, l), lb.w_gate) ||
-          !same_tensor(check->tensor(TensorRole::FfnUp, l), lb.w_up) ||
-          !same_tensor(check->tensor(TensorRole::FfnDown, l), lb.w_down))
-        ++differ;
+      bool same = true;
+      for (TensorRole r : {TensorRole::FfnGate, TensorRole::FfnUp, TensorRole::FfnDown, TensorRole::FfnGateExps,
+                           TensorRole::FfnUpExps, TensorRole::FfnDownExps, TensorRole::FfnGateShexp, TensorRole::FfnUpShexp,
+                           TensorRole::FfnDownShexp}) {
+        const auto a = check->tensor(r, l), b = src_b->tensor(r, l);
+        if (a.has_value() != b.has_value() || (a && !same_tensor(a, b))) same = false;
+      }
+      differ += same ? 0 : 1;
     }
     Patch p;
     p.base_model = A.index().model;

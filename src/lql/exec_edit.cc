@@ -10,6 +10,8 @@
 #include <set>
 #include "lql/edits.h"
 #include "lql/exec_internal.h"
+#include "inference/ffn.h"
+#include "model/ffn_features.h"
 #include "model/model.h"
 #include "model/overlay_source.h"
 #include "quant/blocks.h"
@@ -120,39 +122,91 @@ double target_prob(Session& s, const std::string& prompt, int64_t target, bool* 
   return std::exp(static_cast<double>(lg[static_cast<size_t>(target)]) - mx) / sum;
 }
 
+// " of expert E3" for a mixture-of-experts vindex's feature; "" for a dense one.
+std::string expert_suffix(Session& s, int64_t layer, int64_t feature) {
+  const int64_t e = vindex::expert_of(s.index().layers.at(static_cast<size_t>(layer)), feature);
+  return e == -1 ? std::string() : " of expert " + ffn_feature_expert_label(e);
+}
+
+// The activation of a gate pre-activation under the model's FFN (GELU-tanh or SiLU).
+double act(const ModelConfig& c, double a) {
+  if (c.activation == Activation::Silu) return a / (1.0 + std::exp(-a));
+  return 0.5 * a * (1.0 + std::tanh(0.7978845608 * (a + 0.044715 * a * a * a)));
+}
+
+// A mixture of experts: per expert, the weight its output gets for FFN input x (0 when the
+// router does not choose it): inference/ffn.h route_experts on the router's logits.
+std::vector<double> expert_weights(const ModelConfig& c, const LayerWeights& w, const std::vector<float>& x) {
+  const int64_t E = c.n_experts, hidden = c.hidden;
+  std::vector<float> logits(static_cast<size_t>(E)), row(static_cast<size_t>(hidden)), probs(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    quant::dequantize_row(w.router.type, w.router.row(e), row.data(), hidden);
+    logits[static_cast<size_t>(e)] = static_cast<float>(dot(row.data(), x.data(), hidden));
+  }
+  std::vector<int32_t> chosen(static_cast<size_t>(c.n_experts_used));
+  std::vector<float> weights(static_cast<size_t>(c.n_experts_used));
+  route_experts(logits.data(), E, c.n_experts_used, c.expert_weights_norm, probs.data(), chosen.data(), weights.data());
+  std::vector<double> out(static_cast<size_t>(E), 0.0);
+  for (size_t i = 0; i < chosen.size(); ++i) out[static_cast<size_t>(chosen[i])] = weights[i];
+  return out;
+}
+
 // The feature of `layer` that matters least: the smallest mean |activation| x |down column| over
 // the decoy prompts' FFN inputs (what replacing it takes away from ordinary text), among those
-// no edit has written.
-int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float>>& xs) {
+// no edit has written. In a mixture of experts only the features of the expert the router
+// weighs most for the fact's own FFN input `x0` are candidates (a feature fires only when its
+// expert is chosen, and its output is scaled by that weight), and a decoy counts for an expert's
+// feature by the weight the router gives that expert on the decoy (0 when not chosen).
+int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float>>& xs, const std::vector<float>& x0) {
   auto model = s.model("INSERT");
+  const ModelConfig& c = model->config();
   const LayerWeights& w = model->weights().layers[static_cast<size_t>(layer)];
-  const int64_t ffn = w.w_gate.rows, hidden = w.w_gate.cols;
-  std::vector<double> use(static_cast<size_t>(ffn), 0.0), d(static_cast<size_t>(ffn), 0.0);
-  std::vector<float> g(static_cast<size_t>(hidden)), u(static_cast<size_t>(hidden)), row(static_cast<size_t>(ffn));
-  for (int64_t f = 0; f < ffn; ++f) {
-    quant::dequantize_row(w.w_gate.type, w.w_gate.row(f), g.data(), hidden);
-    quant::dequantize_row(w.w_up.type, w.w_up.row(f), u.data(), hidden);
-    for (const auto& x : xs) {
-      const double a = dot(g.data(), x.data(), hidden), b = dot(u.data(), x.data(), hidden);
-      const double gelu = 0.5 * a * (1.0 + std::tanh(0.7978845608 * (a + 0.044715 * a * a * a)));
-      use[static_cast<size_t>(f)] += std::fabs(gelu * b);
+  const int64_t hidden = c.hidden;
+  int64_t f0 = 0, nf = ffn_feature_count(c);
+  std::vector<double> decoy_weight(xs.size(), 1.0);
+  if (c.n_experts > 0) {
+    const std::vector<double> mine = expert_weights(c, w, x0);
+    const int64_t e = std::max_element(mine.begin(), mine.end()) - mine.begin();
+    f0 = e * c.expert_ffn;
+    nf = c.expert_ffn;
+    for (size_t i = 0; i < xs.size(); ++i) decoy_weight[i] = expert_weights(c, w, xs[i])[static_cast<size_t>(e)];
+  }
+  const FfnFeatureViews v = ffn_feature_views(c, w, f0);
+  const int64_t r0 = v.row;  // the candidates' first row in *v.gate / *v.up, first column in *v.down
+  std::vector<double> use(static_cast<size_t>(nf), 0.0), d(static_cast<size_t>(nf), 0.0);
+  std::vector<float> g(static_cast<size_t>(hidden)), u(static_cast<size_t>(hidden)), row(static_cast<size_t>(v.down->cols));
+  for (int64_t f = 0; f < nf; ++f) {
+    quant::dequantize_row(v.gate->type, v.gate->row(r0 + f), g.data(), hidden);
+    quant::dequantize_row(v.up->type, v.up->row(r0 + f), u.data(), hidden);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (decoy_weight[i] == 0.0) continue;
+      const double a = dot(g.data(), xs[i].data(), hidden), b = dot(u.data(), xs[i].data(), hidden);
+      use[static_cast<size_t>(f)] += decoy_weight[i] * std::fabs(act(c, a) * b);
     }
   }
-  for (int64_t r = 0; r < w.w_down.rows; ++r) {
-    quant::dequantize_row(w.w_down.type, w.w_down.row(r), row.data(), ffn);
-    for (int64_t f = 0; f < ffn; ++f) d[static_cast<size_t>(f)] += static_cast<double>(row[static_cast<size_t>(f)]) * row[static_cast<size_t>(f)];
+  for (int64_t r = 0; r < v.down->rows; ++r) {
+    quant::dequantize_row(v.down->type, v.down->row(r), row.data(), v.down->cols);
+    for (int64_t f = 0; f < nf; ++f) {
+      const double x = row[static_cast<size_t>(r0 + f)];
+      d[static_cast<size_t>(f)] += x * x;
+    }
   }
   // Slots the session's edits wrote, and those edits compiled into this vindex wrote (edits.json).
   std::set<std::pair<int64_t, int64_t>> taken = s.edits().touched;
   for (const auto& e : s.compiled_edits()) taken.insert({e.layer, e.feature});
   int64_t best = -1;
   double best_v = INFINITY;
-  for (int64_t f = 0; f < ffn; ++f) {
-    if (taken.count({layer, f})) continue;
-    const double v = use[static_cast<size_t>(f)] * std::sqrt(d[static_cast<size_t>(f)]);
-    if (v < best_v) best_v = v, best = f;
+  for (int64_t f = 0; f < nf; ++f) {
+    if (taken.count({layer, f0 + f})) continue;
+    const double val = use[static_cast<size_t>(f)] * std::sqrt(d[static_cast<size_t>(f)]);
+    if (val < best_v) best_v = val, best = f0 + f;
   }
-  if (best < 0) throw Error(ErrorKind::InvalidArgument, "INSERT: every feature of layer " + std::to_string(layer) + " is already edited");
+  if (best < 0)
+    throw Error(ErrorKind::InvalidArgument, "INSERT: every feature of layer " + std::to_string(layer) +
+                                                (c.n_experts > 0 ? " in expert E" + std::to_string(f0 / c.expert_ffn) +
+                                                                       " (the one the router picks for this prompt)"
+                                                                 : std::string()) +
+                                                " is already edited");
   return best;
 }
 
@@ -161,23 +215,25 @@ int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float
 // block's largest |value|.
 std::vector<float> down_range(Session& s, int64_t layer, int64_t feature) {
   auto model = s.model("INSERT");
-  const TensorView& dn = model->weights().layers[static_cast<size_t>(layer)].w_down;
+  const FfnFeatureViews v = ffn_feature_views(model->config(), model->weights().layers[static_cast<size_t>(layer)], feature);
+  const TensorView& dn = *v.down;
+  const int64_t col = v.col;
   const DTypeInfo& info = dtype_info(dn.type);
-  const int64_t bs = info.block_size, blk = feature / bs;
+  const int64_t bs = info.block_size, blk = col / bs;
   std::vector<float> vals(static_cast<size_t>(bs)), out(static_cast<size_t>(dn.rows));
   for (int64_t r = 0; r < dn.rows; ++r) {
     const uint8_t* b = dn.row(r) + static_cast<size_t>(blk) * info.type_size;
     if (dn.type == DType::Q6_K) {
       quant::detail::BlockQ6K q;
       std::memcpy(&q, b, sizeof q);
-      const int64_t j = feature - blk * bs, k = j % 128;
+      const int64_t j = col - blk * bs, k = j % 128;
       const int si = static_cast<int>((j / 128) * 8 + (k % 32) / 16 + 2 * (k / 32));
       out[static_cast<size_t>(r)] = 31.0f * std::fabs(f16_to_f32(q.d) * static_cast<float>(q.scales[si]));
       continue;
     }
     quant::dequantize_row(dn.type, b, vals.data(), bs);
     float m = 0;
-    for (float v : vals) m = std::max(m, std::fabs(v));
+    for (float x : vals) m = std::max(m, std::fabs(x));
     out[static_cast<size_t>(r)] = m;
   }
   return out;
@@ -279,7 +335,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
     return t;
   }
   // COMPOSE: one FFN feature whose gate fires on this prompt's FFN input and whose down column
-  // writes the target's embedding direction.
+  // writes the target's output direction (its lm_head row).
   const std::vector<float> x0 = ffn_in(s, prompt, layer);
   std::vector<std::vector<float>> decoys;
   for (const char* p : kDecoys) decoys.push_back(ffn_in(s, p, layer));
@@ -361,14 +417,16 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   const double pre = 6.0;  // the gate's pre-activation on the fact's prompt
   const double G = pre / ((1.0 - kTheta) * s0);
   op.kind = PatchOp::Kind::Insert;
-  op.feature = pick_slot(s, layer, decoys);
+  op.feature = pick_slot(s, layer, decoys, x0);
   op.gate.resize(static_cast<size_t>(hidden));
   op.up.resize(static_cast<size_t>(hidden));
   for (int64_t i = 0; i < hidden; ++i)
     op.gate[static_cast<size_t>(i)] = static_cast<float>(G * (r[static_cast<size_t>(i)] - kTheta * s0 * bias_dir[static_cast<size_t>(i)]));
-  // Down: the target's embedding direction, as large as every row's stored block can hold.
+  // Down: the target's lm_head row (the direction that raises its logit; the embedding row when
+  // the model ties them, as Gemma does — an untied model's embedding row need not point there),
+  // as large as every row's stored block can hold.
   auto model = s.model("INSERT");
-  const TensorView& emb = model->weights().token_embd;
+  const TensorView& emb = model->weights().lm_head;
   std::vector<float> dir(static_cast<size_t>(hidden));
   quant::dequantize_row(emb.type, emb.row(target), dir.data(), hidden);
   // The scale c of the column: the 30th percentile over rows of what each can hold / |dir|, so 30%
@@ -438,10 +496,11 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   const double p = target_prob(s, prompt, target, &top1);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   t.title = "Inserted: " + st.entity + " -[" + st.relation + "]-> " + st.target + " at L" + std::to_string(layer) +
-            ", feature " + std::to_string(op.feature) + " (compose)";
+            ", feature " + std::to_string(op.feature) + expert_suffix(s, layer, op.feature) + " (compose)";
   if (!top1) t.notes.push_back("the target is not the top prediction of \"" + prompt + "\" after balancing");
   t.rows.push_back({st.entity, st.relation, st.target, target, std::string("compose"), layer, op.feature, p,
                     static_cast<int64_t>(probes), ms});
+  add_expert_column(s, t);
   return t;
 }
 

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "inference/ffn.h"
 #include "inference/forward.h"
 #include "inference/kv_cache.h"
 #include "lql/edits.h"
 #include "lql/exec_internal.h"
 #include "lql/printer.h"
+#include "model/ffn_features.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -91,6 +93,47 @@ std::vector<std::vector<float>> walk_queries(Session& s, const std::string& prom
   return qs;
 }
 
+// A mixture of experts run by the model: per layer, the features of the experts the router does
+// not choose for that layer's FFN input (skip[f] = 1; the shared expert's always stay), so WALK
+// and EXPLAIN show the features that fire; a note per layer names the chosen experts and their
+// weights. Empty when the vindex is dense or has no model weights (the embedding query has no
+// routing).
+std::vector<std::vector<uint8_t>> routed_skips(Session& s, const std::vector<int64_t>& layers,
+                                               const std::vector<std::vector<float>>& qs, const std::string& what, Table& t) {
+  if (!s.runs_model()) return {};
+  auto model = s.model(what);
+  const ModelConfig& c = model->config();
+  if (c.n_experts == 0) return {};
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<float> logits(static_cast<size_t>(c.n_experts)), probs(logits.size()), row(static_cast<size_t>(c.hidden));
+  std::vector<int32_t> chosen(static_cast<size_t>(c.n_experts_used));
+  std::vector<float> weights(chosen.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerWeights& w = model->weights().layers[static_cast<size_t>(layers[i])];
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      quant::dequantize_row(w.router.type, w.router.row(e), row.data(), c.hidden);
+      double d = 0;
+      for (int64_t j = 0; j < c.hidden; ++j) d += static_cast<double>(row[static_cast<size_t>(j)]) * qs[i][static_cast<size_t>(j)];
+      logits[static_cast<size_t>(e)] = static_cast<float>(d);
+    }
+    route_experts(logits.data(), c.n_experts, c.n_experts_used, c.expert_weights_norm, probs.data(), chosen.data(), weights.data());
+    std::vector<uint8_t> skip(static_cast<size_t>(ffn_feature_count(c)), 0);
+    for (int64_t f = 0; f < c.n_experts * c.expert_ffn; ++f)
+      skip[static_cast<size_t>(f)] = std::find(chosen.begin(), chosen.end(), static_cast<int32_t>(f / c.expert_ffn)) == chosen.end();
+    std::string note = "L" + std::to_string(layers[i]) + " routes to";
+    for (size_t k = 0; k < chosen.size(); ++k) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%s E%d (%.2f)", k ? "," : "", chosen[k], weights[k]);
+      note += buf;
+    }
+    if (c.shared_expert_ffn > 0) note += " + the shared expert";
+    t.notes.push_back(note);
+    out.push_back(std::move(skip));
+  }
+  t.notes.push_back("A mixture of experts: the features shown are those of the experts the router chose at each layer");
+  return out;
+}
+
 }  // namespace
 
 ForwardRun run_forward(Session& s, const std::string& prompt, bool all_positions, const std::string& what,
@@ -138,7 +181,8 @@ Table exec_walk(Session& s, const WalkStmt& st, Pos pos) {
   Table t;
   const auto layers = layers_of(s, st.layers, pos);
   const auto qs = walk_queries(s, st.prompt, layers, "WALK", t);
-  Table h = hits_table(s, layers, qs, static_cast<int>(st.top.value_or(5)));
+  const auto skips = routed_skips(s, layers, qs, "WALK", t);
+  Table h = hits_table(s, layers, qs, static_cast<int>(st.top.value_or(5)), skips.empty() ? nullptr : &skips);
   h.statement = "WALK";
   h.title = t.title;
   h.notes = t.notes;
@@ -155,7 +199,8 @@ Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
   if (!st.infer) {
     Table t;
     const auto qs = walk_queries(s, st.prompt, layers, what, t);
-    Table h = hits_table(s, layers, qs, k);
+    const auto skips = routed_skips(s, layers, qs, what, t);
+    Table h = hits_table(s, layers, qs, k, skips.empty() ? nullptr : &skips);
     if (st.relations_only) keep_labelled_rows(h);
     h.statement = "EXPLAIN";
     h.title = t.title;
@@ -165,7 +210,9 @@ Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
   const ForwardRun run = run_forward(s, st.prompt, false, what);
   std::vector<std::vector<float>> qs;
   for (int64_t l : layers) qs.push_back(run.rows[static_cast<size_t>(l)].ffn_in);
-  Table h = hits_table(s, layers, qs, k);
+  Table routing;
+  const auto skips = routed_skips(s, layers, qs, what, routing);
+  Table h = hits_table(s, layers, qs, k, skips.empty() ? nullptr : &skips);
   if (st.relations_only) keep_labelled_rows(h);
   h.statement = "EXPLAIN";
   const auto p = softmax(run.last_logits);
@@ -174,6 +221,7 @@ Table exec_explain(Session& s, const ExplainStmt& st, Pos pos) {
   std::snprintf(buf, sizeof buf, "%.2f%%", 100.0 * p[static_cast<size_t>(best)]);
   h.title = "Inference trace for \"" + st.prompt + "\": prediction " + quoted_token(s, best) + " (" + buf +
             "); features by the FFN input of each layer";
+  h.notes.insert(h.notes.end(), routing.notes.begin(), routing.notes.end());
   return h;
 }
 
@@ -288,7 +336,9 @@ Table exec_infer(Session& s, const InferStmt& st, Pos pos) {
   const ForwardRun run = run_forward(s, st.prompt, false, "INFER");
   Table t;
   t.statement = "INFER";
-  t.title = "Predictions for \"" + st.prompt + "\" (" + std::to_string(run.tokens.size()) + " tokens, dense forward)";
+  const bool moe = !s.index().layers.empty() && s.index().layers[0].num_experts > 0;
+  t.title = "Predictions for \"" + st.prompt + "\" (" + std::to_string(run.tokens.size()) + " tokens, " +
+            (moe ? "forward pass, routed experts" : "dense forward") + ")";
   t.columns = {{"rank", Column::Type::Int}, Column{"token", Column::Type::Text, 4, true}, {"token_id", Column::Type::Int},
                {"probability", Column::Type::Float, 4}, {"logit", Column::Type::Float, 3}, {"source"}};
   int64_t rank = 1;

@@ -44,7 +44,7 @@ void check_layer(Session& s, int64_t layer, Pos pos);
 /// a text already listed (or skipped) is not repeated. Empty when the vindex has no down_meta.
 std::vector<std::string> feature_tokens(Session& s, int64_t layer, int64_t feature, size_t skip, size_t n);
 /// The down_meta records (top_k entries, best first) of `features` of `layer` as `src` stores their
-/// down columns: the top tokens of token_embd · column (tokens that decode to nothing skipped),
+/// down columns: the top tokens of lm_head · column (tokens that decode to nothing skipped),
 /// exactly what COMPILE writes; an all-zero column gets no record ({0, 0} entries). Empty without
 /// down_meta. Errors: the model's.
 std::vector<std::vector<vindex::TokenScore>> down_records_of(Session& s, const OverlaySource& src, int64_t layer,
@@ -58,8 +58,14 @@ const std::vector<vindex::TokenScore>* edited_down_record(Session& s, int64_t la
 std::optional<std::pair<int64_t, double>> feature_top(Session& s, int64_t layer, int64_t feature);
 
 /// Per layer, the top k gate-KNN hits of that layer's query (queries[i] for layers[i]): rows
-/// layer, feature, gate, token, token_id, c_score, also.
-Table hits_table(Session& s, const std::vector<int64_t>& layers, const std::vector<std::vector<float>>& queries, int k);
+/// layer, feature, [expert,] gate, token, token_id, c_score, also. `skips` (optional, one per
+/// layer, each empty or [num_features]): features never returned (Session::gate_knn).
+Table hits_table(Session& s, const std::vector<int64_t>& layers, const std::vector<std::vector<float>>& queries, int k,
+                 const std::vector<std::vector<uint8_t>>* skips = nullptr);
+/// A mixture-of-experts vindex (index.json layers with num_experts): insert an "expert" column
+/// after "feature" into a table with "layer" and "feature" columns, each cell the feature's
+/// expert as model/ffn_features.h labels it ("E3", "shared"); a no-op for a dense vindex.
+void add_expert_column(Session& s, Table& t);
 
 /// The vindex's relation labels. Errors: Unsupported "<what> at LINE:COL needs relation labels:
 /// ... (run `larql label ...` first)" when it has no feature_labels.json.

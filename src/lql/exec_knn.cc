@@ -8,6 +8,7 @@
 
 #include "compute/ops.h"
 #include "lql/exec_internal.h"
+#include "model/ffn_features.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -72,6 +73,7 @@ Table feature_rows(Session& s, const std::vector<int64_t>& layers) {
       t.rows.push_back({l, f, s.token_piece(top->first), top->first, top->second, feature_tokens(s, l, f, 1, 4)});
     }
   }
+  add_expert_column(s, t);
   add_relation_column(s, t);
   return t;
 }
@@ -166,20 +168,43 @@ Table nearest_entities(Session& s, const std::string& x, std::optional<int64_t> 
 
 }  // namespace
 
-Table hits_table(Session& s, const std::vector<int64_t>& layers, const std::vector<std::vector<float>>& queries, int k) {
+Table hits_table(Session& s, const std::vector<int64_t>& layers, const std::vector<std::vector<float>>& queries, int k,
+                 const std::vector<std::vector<uint8_t>>* skips) {
   Table t;
   t.columns = {{"layer", Column::Type::Int},    {"feature", Column::Type::Int},       {"gate", Column::Type::Float, 2},
                Column{"token", Column::Type::Text, 4, true}, {"token_id", Column::Type::Int},      {"c_score", Column::Type::Float, 2},
                {"also", Column::Type::List}};
-  for (size_t i = 0; i < layers.size(); ++i)
-    for (const auto& h : s.gate_knn(layers[i], queries[i].data(), k)) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::vector<uint8_t>* skip = skips && !(*skips)[i].empty() ? &(*skips)[i] : nullptr;
+    for (const auto& h : s.gate_knn(layers[i], queries[i].data(), k, skip)) {
       auto top = feature_top(s, h.layer, h.feature);
       t.rows.push_back({h.layer, h.feature, static_cast<double>(h.score), top ? Cell{s.token_piece(top->first)} : Cell{},
                         top ? Cell{top->first} : Cell{}, top ? Cell{top->second} : Cell{},
                         feature_tokens(s, h.layer, h.feature, 1, 3)});
     }
+  }
+  add_expert_column(s, t);
   add_relation_column(s, t);
   return t;
+}
+
+void add_expert_column(Session& s, Table& t) {
+  const auto& slots = s.index().layers;
+  if (std::none_of(slots.begin(), slots.end(), [](const vindex::LayerSlot& x) { return x.num_experts > 0; })) return;
+  const int li = t.column("layer"), fi = t.column("feature");
+  if (li < 0 || fi < 0 || t.column("expert") >= 0) return;
+  const size_t at = static_cast<size_t>(fi + 1);
+  t.columns.insert(t.columns.begin() + static_cast<std::ptrdiff_t>(at), Column{"expert"});
+  for (auto& r : t.rows) {
+    Cell c;
+    const auto* l = std::get_if<int64_t>(&r[static_cast<size_t>(li)]);
+    const auto* f = std::get_if<int64_t>(&r[static_cast<size_t>(fi)]);
+    if (l && f && *l >= 0 && *l < static_cast<int64_t>(slots.size())) {
+      const int64_t e = vindex::expert_of(slots[static_cast<size_t>(*l)], *f);
+      if (e != -1) c = ffn_feature_expert_label(e);
+    }
+    r.insert(r.begin() + static_cast<std::ptrdiff_t>(at), std::move(c));
+  }
 }
 
 Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
@@ -262,6 +287,7 @@ Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
     return b == "syntax" ? 0 : b == "knowledge" ? 1 : 2;
   };
   std::stable_sort(t.rows.begin(), t.rows.end(), [&](const auto& a, const auto& b) { return rank(a[0]) < rank(b[0]); });
+  add_expert_column(s, t);
   add_relation_column(s, t);
   const char* signal = max_gate >= 20 ? "clean" : max_gate >= 10 ? "moderate" : "diffuse";
   char buf[64];
@@ -294,7 +320,7 @@ Table exec_select(Session& s, const SelectStmt& st, Pos pos) {
                       ? static_cast<int>(s.index().layers[static_cast<size_t>(*st.nearest_layer)].num_features)
                       : static_cast<int>(std::max<int64_t>(limit, 1));
     t = hits_table(s, {*st.nearest_layer}, {*q}, k);
-    t.columns[2].name = "score";  // the signed gate score
+    t.columns[static_cast<size_t>(t.column("gate"))].name = "score";  // the signed gate score
     t.columns.insert(t.columns.begin(), Column{"entity"});
     for (auto& r : t.rows) r.insert(r.begin(), Cell{*st.nearest});
   } else {

@@ -109,6 +109,7 @@ Table exec_delete(Session& s, const DeleteStmt& st, Pos pos) {
   need_weights(s, "DELETE", pos);
   const auto slots = select_slots(s, st.where, "DELETE", pos);
   Table t = slots_table("DELETE", slots);
+  add_expert_column(s, t);
   std::vector<PatchOp> ops;
   for (const auto& [layer, feature] : slots) {
     PatchOp op;
@@ -176,14 +177,16 @@ Table exec_update(Session& s, const UpdateStmt& st, Pos pos) {
   EditState& ed = s.edits();
   auto cur = ed.overlay ? ed.overlay : std::make_shared<OverlaySource>(base);
   auto model = s.model("UPDATE");
-  const TensorView& emb = model->weights().token_embd;
+  const TensorView& emb = model->weights().lm_head;
   std::vector<float> dir(static_cast<size_t>(s.index().hidden_size));
   quant::dequantize_row(emb.type, emb.row(tid), dir.data(), static_cast<int64_t>(dir.size()));
   Table t = slots_table("UPDATE", slots);
+  add_expert_column(s, t);
   std::vector<PatchOp> ops;
   std::vector<float> down;
   for (const auto& [layer, feature] : slots) {
-    // The down column keeps its norm and points along the target's embedding row.
+    // The down column keeps its norm and points along the target's lm_head row (its embedding
+    // row when the model ties them).
     cur->ffn_feature(layer, feature, nullptr, nullptr, &down);
     const double k = norm(down) / std::max(1e-30, norm(dir));
     PatchOp op;

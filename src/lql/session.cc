@@ -236,11 +236,18 @@ void Session::check_cancel() const {
   if (cancel_ && cancel_->load(std::memory_order_relaxed)) throw Error(ErrorKind::Cancelled, "cancelled");
 }
 
-std::vector<GateHit> Session::gate_knn(int64_t layer, const float* q, int k) {
+std::vector<GateHit> Session::gate_knn(int64_t layer, const float* q, int k, const std::vector<uint8_t>* skip) {
   check_cancel();
   const TensorView g = gate(layer);
   const int64_t hidden = g.cols;
-  k = static_cast<int>(std::min<int64_t>(k, g.rows));
+  int64_t eligible = g.rows;
+  if (skip) {
+    if (static_cast<int64_t>(skip->size()) != g.rows)
+      throw Error(ErrorKind::InvalidArgument, "gate_knn: a skip list of " + std::to_string(skip->size()) + " for " +
+                                                  std::to_string(g.rows) + " features");
+    eligible = std::count(skip->begin(), skip->end(), uint8_t{0});
+  }
+  k = static_cast<int>(std::min<int64_t>(k, eligible));
   if (k < 1) return {};
   std::vector<float> qs(static_cast<size_t>(2 * hidden));
   for (int64_t i = 0; i < hidden; ++i) {
@@ -249,6 +256,7 @@ std::vector<GateHit> Session::gate_knn(int64_t layer, const float* q, int k) {
   }
   compute::TopKOptions opt;
   opt.top_k = k;
+  opt.skip = skip;
   const auto rows = compute::top_k_rows(*pool_, g, qs.data(), 2, opt);
   std::vector<GateHit> hits;
   std::vector<uint8_t> seen(static_cast<size_t>(g.rows), 0);

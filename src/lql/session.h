@@ -116,7 +116,9 @@ class Session {
   /// The top k features of `layer` by |w_gate[f] · q| (q: hidden floats), signed scores kept,
   /// sorted by |score| descending, ties to the lower feature (the original's gate_knn, §gate KNN
   /// in docs/lql.md). Runs compute::top_k_rows on q and -q: exact scores for the stored dtype.
-  std::vector<GateHit> gate_knn(int64_t layer, const float* q, int k);
+  /// `skip` (optional, [num_features]): features with skip[f] != 0 are never returned (WALK on a
+  /// mixture of experts: the experts the router did not choose).
+  std::vector<GateHit> gate_knn(int64_t layer, const float* q, int k, const std::vector<uint8_t>* skip = nullptr);
 
   /// DESCRIBE's / NEAREST's query: the mean over the entity's tokens (encoded without BOS) of
   /// embedding rows × embed_scale. nullopt when the text has no tokens.

@@ -54,6 +54,9 @@ std::string config_to_json(const ModelConfig& c) {
   json out = j;
   if (!c.rope_freq_factors.empty()) out["rope_freq_factors"] = c.rope_freq_factors;
   if (c.rope_attn_factor != 1.0) out["rope_attn_factor"] = c.rope_attn_factor;
+  if (c.n_experts > 0)
+    out["moe"] = {{"n_experts", c.n_experts}, {"n_experts_used", c.n_experts_used}, {"expert_ffn", c.expert_ffn},
+                  {"expert_weights_norm", c.expert_weights_norm}, {"shared_expert_ffn", c.shared_expert_ffn}};
   return out.dump();
 }
 
@@ -110,6 +113,18 @@ ModelConfig config_from_json(std::string_view text, const std::string& where) {
   if (j.contains("rope_attn_factor")) {
     c.rope_attn_factor = number(j, "rope_attn_factor", where);
     if (!(c.rope_attn_factor > 0)) bad(where, "model_config.rope_attn_factor must be > 0");
+  }
+  if (j.contains("moe")) {
+    const json& m = j.at("moe");
+    if (!m.is_object()) bad(where, "model_config.moe must be an object");
+    c.n_experts = count(m, "n_experts", where);
+    c.n_experts_used = count(m, "n_experts_used", where);
+    if (c.n_experts_used > c.n_experts)
+      bad(where, "model_config.moe.n_experts_used = " + std::to_string(c.n_experts_used) + " is more than n_experts = " +
+                     std::to_string(c.n_experts));
+    c.expert_ffn = count(m, "expert_ffn", where);
+    c.expert_weights_norm = flag(m, "expert_weights_norm", where);
+    c.shared_expert_ffn = count(m, "shared_expert_ffn", where, 0);
   }
   const json& layers = need(j, "layers", where);
   if (!layers.is_array() || static_cast<int64_t>(layers.size()) != c.n_layers)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/ffn_features.h"
 #include "quant/blocks.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -105,42 +106,43 @@ FeatureEditReport OverlaySource::set_ffn_feature(int64_t layer, int64_t feature,
   const ModelConfig& c = config();
   if (layer < 0 || layer >= c.n_layers)
     throw Error(ErrorKind::InvalidArgument, "layer " + std::to_string(layer) + " is out of range 0-" + std::to_string(c.n_layers - 1));
-  if (feature < 0 || feature >= c.ffn)
-    throw Error(ErrorKind::InvalidArgument, "feature " + std::to_string(feature) + " is out of range 0-" + std::to_string(c.ffn - 1));
+  const FfnFeatureRef ref = ffn_feature_ref(c, feature);
   FeatureEditReport rep;
-  for (auto [role, v] : {std::pair{TensorRole::FfnGate, gate}, std::pair{TensorRole::FfnUp, up}}) {
+  for (auto [role, v] : {std::pair{ref.gate, gate}, std::pair{ref.up, up}}) {
     if (!v) continue;
     const SourceTensor t = *tensor(role, layer);
     const size_t rb = row_size(t);
     std::vector<uint8_t>& bytes = writable(role, layer);
-    quant::quantize_row(t.type, v, bytes.data() + static_cast<size_t>(feature) * rb, c.hidden);
+    quant::quantize_row(t.type, v, bytes.data() + static_cast<size_t>(ref.gate_row) * rb, c.hidden);
   }
   if (down) {
-    const SourceTensor t = *tensor(TensorRole::FfnDown, layer);  // [hidden rows, ffn cols]
+    const SourceTensor t = *tensor(ref.down, layer);  // [hidden rows (per expert), cols]
     const size_t rb = row_size(t);
     const DTypeInfo& info = dtype_info(t.type);
     const int64_t bs = info.block_size;
-    const int64_t blk = feature / bs;
-    std::vector<uint8_t>& bytes = writable(TensorRole::FfnDown, layer);
+    const int64_t col = ref.down_col, blk = col / bs;
+    // changed_columns are feature numbers: the column's feature minus its index, plus the index.
+    const int64_t base = feature - col;
+    std::vector<uint8_t>& bytes = writable(ref.down, layer);
     std::vector<float> vals(static_cast<size_t>(bs)), after(static_cast<size_t>(bs));
     for (int64_t r = 0; r < c.hidden; ++r) {
-      uint8_t* b = bytes.data() + static_cast<size_t>(r) * rb + static_cast<size_t>(blk) * info.type_size;
+      uint8_t* b = bytes.data() + static_cast<size_t>(ref.down_row0 + r) * rb + static_cast<size_t>(blk) * info.type_size;
       if (t.type == DType::Q6_K) {
         bool clamped = false;
         quant::detail::BlockQ6K q;
         std::memcpy(&q, b, sizeof q);
-        for (int k : q6k_set(q, static_cast<int>(feature - blk * bs), down[r], &clamped)) rep.changed_columns.insert(blk * bs + k);
+        for (int k : q6k_set(q, static_cast<int>(col - blk * bs), down[r], &clamped)) rep.changed_columns.insert(base + blk * bs + k);
         std::memcpy(b, &q, sizeof q);
         rep.clamped += clamped;
         continue;
       }
       quant::dequantize_row(t.type, b, vals.data(), bs);
       std::vector<float> before = vals;
-      vals[static_cast<size_t>(feature - blk * bs)] = down[r];
+      vals[static_cast<size_t>(col - blk * bs)] = down[r];
       quant::quantize_row(t.type, vals.data(), b, bs);
       quant::dequantize_row(t.type, b, after.data(), bs);
       for (int64_t k = 0; k < bs; ++k)
-        if (after[static_cast<size_t>(k)] != before[static_cast<size_t>(k)]) rep.changed_columns.insert(blk * bs + k);
+        if (after[static_cast<size_t>(k)] != before[static_cast<size_t>(k)]) rep.changed_columns.insert(base + blk * bs + k);
     }
   }
   refresh_fingerprint();
@@ -150,25 +152,27 @@ FeatureEditReport OverlaySource::set_ffn_feature(int64_t layer, int64_t feature,
 void OverlaySource::ffn_feature(int64_t layer, int64_t feature, std::vector<float>* gate, std::vector<float>* up,
                                 std::vector<float>* down) const {
   const ModelConfig& c = config();
-  if (layer < 0 || layer >= c.n_layers || feature < 0 || feature >= c.ffn)
+  if (layer < 0 || layer >= c.n_layers || feature < 0 || feature >= ffn_feature_count(c))
     throw Error(ErrorKind::InvalidArgument, "feature " + std::to_string(feature) + " of layer " + std::to_string(layer) +
                                                 " is out of range");
-  for (auto [role, v] : {std::pair{TensorRole::FfnGate, gate}, std::pair{TensorRole::FfnUp, up}}) {
+  const FfnFeatureRef ref = ffn_feature_ref(c, feature);
+  for (auto [role, v] : {std::pair{ref.gate, gate}, std::pair{ref.up, up}}) {
     if (!v) continue;
     const SourceTensor t = *tensor(role, layer);
     v->resize(static_cast<size_t>(c.hidden));
-    quant::dequantize_row(t.type, t.data + static_cast<size_t>(feature) * row_size(t), v->data(), c.hidden);
+    quant::dequantize_row(t.type, t.data + static_cast<size_t>(ref.gate_row) * row_size(t), v->data(), c.hidden);
   }
   if (down) {
-    const SourceTensor t = *tensor(TensorRole::FfnDown, layer);
+    const SourceTensor t = *tensor(ref.down, layer);
     const size_t rb = row_size(t);
     const DTypeInfo& info = dtype_info(t.type);
-    const int64_t bs = info.block_size, blk = feature / bs;
+    const int64_t bs = info.block_size, blk = ref.down_col / bs;
     std::vector<float> vals(static_cast<size_t>(bs));
     down->resize(static_cast<size_t>(c.hidden));
     for (int64_t r = 0; r < c.hidden; ++r) {
-      quant::dequantize_row(t.type, t.data + static_cast<size_t>(r) * rb + static_cast<size_t>(blk) * info.type_size, vals.data(), bs);
-      (*down)[static_cast<size_t>(r)] = vals[static_cast<size_t>(feature - blk * bs)];
+      quant::dequantize_row(t.type, t.data + static_cast<size_t>(ref.down_row0 + r) * rb + static_cast<size_t>(blk) * info.type_size,
+                            vals.data(), bs);
+      (*down)[static_cast<size_t>(r)] = vals[static_cast<size_t>(ref.down_col - blk * bs)];
     }
   }
 }

@@ -19,7 +19,8 @@ namespace larql {
 /// What one FFN-feature edit changed in the stored blocks.
 struct FeatureEditReport {
   /// Down-matrix columns (features) of the layer whose stored values changed: the edited one and
-  /// any neighbour in a re-quantised block (none for Q6_K, whose scales are kept).
+  /// any neighbour in a re-quantised block (none for Q6_K, whose scales are kept); as feature
+  /// numbers (model/ffn_features.h).
   std::set<int64_t> changed_columns;
   /// Rows of the down column whose wanted value was outside what the block can hold (clamped).
   int64_t clamped = 0;
@@ -36,7 +37,8 @@ class OverlaySource final : public WeightSource {
   /// for a size mismatch (naming the tensor, both sizes).
   void replace(TensorRole role, int64_t layer, std::vector<uint8_t> bytes);
 
-  /// Write FFN feature `feature` of `layer`: gate row and up row ([ffn, hidden] matrices; hidden
+  /// Write FFN feature `feature` of `layer` (numbered as model/ffn_features.h: in a mixture of
+  /// experts, the routed experts' features then the shared expert's): gate row and up row ([ffn, hidden] matrices; hidden
   /// floats each, re-quantised in the stored type), and down column ([hidden, ffn]; hidden floats:
   /// in each row only the block holding the column is re-quantised — for Q6_K only the column's
   /// own 6-bit value, keeping every scale, so a value beyond what its sub-block's scale holds is

@@ -1,5 +1,6 @@
 #include "model/vindex_source.h"
 
+#include <cstdint>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -120,14 +121,21 @@ std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
     const auto dtype = dtype_from_name(e["dtype"].get<std::string>());
     if (!dtype) fail("unknown dtype " + e["dtype"].dump());
     const json& shape = e["shape"];
-    if (!shape.is_array() || shape.empty() || shape.size() > 2) fail("shape must be [rows, cols] or [n]");
+    const bool stacked = *role == TensorRole::FfnGateExps || *role == TensorRole::FfnUpExps || *role == TensorRole::FfnDownExps;
+    if (!shape.is_array() || shape.empty() || shape.size() > (stacked ? 3u : 2u))
+      fail(stacked ? "shape must be [n_experts, rows, cols]" : "shape must be [rows, cols] or [n]");
     for (const json& d : shape)
       if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() >= kMaxCount) fail("a shape entry is not a positive count");
-    const uint64_t cols = shape.back().get<uint64_t>(), rows = shape.size() == 2 ? shape[0].get<uint64_t>() : 1;
+    const uint64_t cols = shape.back().get<uint64_t>();
+    const uint64_t mats = shape.size() == 3 ? shape[0].get<uint64_t>() : 1;
+    const uint64_t rows1 = shape.size() >= 2 ? shape[shape.size() - 2].get<uint64_t>() : 1;
+    if (mats > (uint64_t{1} << 16)) fail("more than 65536 experts");
+    const uint64_t rows = rows1 * mats;
     const auto rb = row_bytes(*dtype, cols);
     if (!rb) fail("a row of " + std::to_string(cols) + " is not a whole number of " + e["dtype"].get<std::string>() + " blocks");
     if (!e["offset"].is_number_unsigned() || !e["length"].is_number_unsigned()) fail("offset and length must be non-negative integers");
     const uint64_t offset = e["offset"].get<uint64_t>(), length = e["length"].get<uint64_t>();
+    if (*rb > UINT64_MAX / rows) fail("the shape's byte size overflows");
     if (length != *rb * rows) fail("length " + std::to_string(length) + " is not the shape's " + std::to_string(*rb * rows) + " bytes");
     if (!e["file"].is_string()) fail("file is not a string");
     const std::string file = e["file"].get<std::string>();
@@ -143,7 +151,8 @@ std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
     t.name = e["key"].is_string() ? e["key"].get<std::string>() : std::string(tensor_role_name(*role));
     t.type = *dtype;
     t.dims = {cols};
-    if (shape.size() == 2) t.dims.push_back(rows);
+    if (shape.size() >= 2) t.dims.push_back(rows1);
+    if (shape.size() == 3) t.dims.push_back(mats);
     t.data = mf->data() + offset;
     t.nbytes = static_cast<size_t>(length);
     s->by_role_[key] = s->entries_.size();

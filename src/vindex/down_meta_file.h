@@ -1,5 +1,6 @@
 // down_meta.bin: per FFN feature, the top-K tokens its down-projection column writes
-// (token_embd · W_down[:, f], the raw embedding), the "value label" of the feature.
+// (lm_head · W_down[:, f]: the output matrix, which is the raw embedding when the model ties them),
+// the "value label" of the feature.
 // Layout (docs/vindex-format.md "down_meta.bin"; all little-endian):
 //   header, 16 bytes:  u32 magic 0x444D4554 (bytes "TEMD"), u32 version = 1, u32 num_layers, u32 top_k
 //   per layer:         u32 num_features (0: the layer has no records), then num_features records of

@@ -74,6 +74,12 @@ std::map<std::string, Band> default_layer_bands(int64_t L) {
   return {{"syntax", {0, a - 1}}, {"knowledge", {a, b - 1}}, {"output", {b, L - 1}}};
 }
 
+int64_t expert_of(const LayerSlot& slot, int64_t feature) {
+  if (slot.num_experts <= 0 || slot.num_features_per_expert <= 0) return -1;
+  const int64_t e = feature / slot.num_features_per_expert;
+  return e < slot.num_experts ? e : -2;
+}
+
 int dtype_size(const std::string& dtype) {
   if (dtype == "f32") return 4;
   if (dtype == "f16" || dtype == "bf16") return 2;
@@ -159,6 +165,13 @@ VindexIndex parse_index(const std::string& text, const std::string& name) {
                      " = " + std::to_string(want));
     if (s.offset != end) bad(where, "offset " + std::to_string(s.offset) + " does not follow the previous slot (ends at " + std::to_string(end) + ")");
     end = s.offset + s.length;
+    if (l.contains("num_experts") || l.contains("num_features_per_expert")) {
+      s.num_experts = need_int(l, "num_experts", where, 1, 1 << 16);
+      s.num_features_per_expert = need_int(l, "num_features_per_expert", where, 1, kBig);
+      if (s.num_experts * s.num_features_per_expert > s.num_features)
+        bad(where, "num_experts x num_features_per_expert = " + std::to_string(s.num_experts * s.num_features_per_expert) +
+                       " is more than num_features " + std::to_string(s.num_features));
+    }
     x.layers.push_back(s);
   }
   if (j.contains("model_config")) {
@@ -203,8 +216,14 @@ std::string serialize_index(const VindexIndex& x) {
   for (const auto& [k, b] : x.layer_bands) bands[k] = {b.first, b.last};
   j["layer_bands"] = bands;
   json layers = json::array();
-  for (const auto& s : x.layers)
-    layers.push_back({{"layer", s.layer}, {"num_features", s.num_features}, {"offset", s.offset}, {"length", s.length}});
+  for (const auto& s : x.layers) {
+    json l = {{"layer", s.layer}, {"num_features", s.num_features}, {"offset", s.offset}, {"length", s.length}};
+    if (s.num_experts > 0) {
+      l["num_experts"] = s.num_experts;
+      l["num_features_per_expert"] = s.num_features_per_expert;
+    }
+    layers.push_back(std::move(l));
+  }
   j["layers"] = layers;
   j["down_top_k"] = x.down_top_k;
   j["has_model_weights"] = x.has_model_weights;

@@ -19,13 +19,21 @@ const char* extract_level_name(ExtractLevel l);
 std::optional<ExtractLevel> extract_level_from_name(const std::string& s);
 
 /// One layer's rows in gate_vectors.bin: `num_features` rows of hidden_size values at `dtype`,
-/// `length` bytes from byte `offset`.
+/// `length` bytes from byte `offset`. A mixture-of-experts layer (num_experts > 0) holds its
+/// routed experts' features first, expert e's feature i at e * num_features_per_expert + i, then
+/// the shared expert's (the rest of num_features; model/ffn_features.h).
 struct LayerSlot {
   int64_t layer = 0;
   int64_t num_features = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  int64_t num_experts = 0;              ///< 0: a dense FFN
+  int64_t num_features_per_expert = 0;  ///< a routed expert's features (its expert_ffn)
 };
+
+/// The expert feature `feature` of a layer slot belongs to: -1 for a dense layer, the routed
+/// expert's id, or -2 for the shared expert (model/ffn_features.h FfnFeatureRef::kSharedExpert).
+int64_t expert_of(const LayerSlot& slot, int64_t feature);
 
 /// An inclusive layer range [first, last].
 struct Band {

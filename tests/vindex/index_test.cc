@@ -107,6 +107,35 @@ TEST(IndexTest, RejectsWhatIsWrongNamingIt) {
   }
 }
 
+// A mixture-of-experts layer slot: num_experts and num_features_per_expert, both or neither, their
+// product within num_features (the rest the shared expert's); round-tripped; expert_of numbers
+// experts first, then the shared expert (docs/vindex-format.md "Experts").
+TEST(IndexTest, ExpertSlots) {
+  json j = sample();
+  j["layers"][0]["num_experts"] = 1;
+  j["layers"][0]["num_features_per_expert"] = 2;  // 1 expert x 2, then 1 shared feature
+  const VindexIndex x = parse_index(j.dump());
+  EXPECT_EQ(x.layers[0].num_experts, 1);
+  EXPECT_EQ(x.layers[0].num_features_per_expert, 2);
+  EXPECT_EQ(x.layers[1].num_experts, 0);
+  EXPECT_EQ(expert_of(x.layers[0], 0), 0);
+  EXPECT_EQ(expert_of(x.layers[0], 1), 0);
+  EXPECT_EQ(expert_of(x.layers[0], 2), -2);
+  EXPECT_EQ(expert_of(x.layers[1], 1), -1);
+  const json back = json::parse(serialize_index(x));
+  EXPECT_EQ(back["layers"], j["layers"]);
+  EXPECT_FALSE(back["layers"][1].contains("num_experts"));
+  json k = j;
+  k["layers"][0].erase("num_features_per_expert");
+  expect_format(k, "layers[0]: missing field \"num_features_per_expert\"");
+  k = j;
+  k["layers"][0]["num_experts"] = 2;  // 2 x 2 > 3 features
+  expect_format(k, "num_experts x num_features_per_expert = 4 is more than num_features 3");
+  k = j;
+  k["layers"][0]["num_experts"] = 0;
+  expect_format(k, "\"num_experts\" = 0");
+}
+
 class VerifyTest : public ::testing::Test {
  protected:
   void SetUp() override {
