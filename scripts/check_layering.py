@@ -31,8 +31,9 @@ LAYERS = {
     "boundary": ["util"],
     "kv": ["inference", "boundary", "tokenizer"],
     "accuracy": ["kv"],
-    "server": ["kv", "lql"],
-    "cli": ["kv", "accuracy", "extract", "lql", "server"],
+    "api": ["kv", "lql"],
+    "server": ["api", "kv", "lql"],
+    "cli": ["api", "kv", "accuracy", "extract", "lql", "server"],
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')

@@ -42,7 +42,7 @@ void run(ChatArgs& a) {
   const EngineSpec spec = parse_cli_engine_spec(a.engine);
   resolve_seed(a.sampler, a.seed_set);
   Loaded l = load(a.model, a.threads, "chat");
-  Session session(l.forward, l.tokenizer, spec, SessionOptions{});
+  Session session(l.forward, l.handle->tokenizer_ptr(), spec, SessionOptions{});
   if (!session.engine().info().note.empty()) std::fprintf(stderr, "note: %s\n", session.engine().info().note.c_str());
   std::vector<ChatMessage> history;
   if (!a.system.empty()) history.push_back({"system", a.system});

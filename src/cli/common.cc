@@ -55,25 +55,15 @@ std::string resolve_model(const std::string& name) {
                                                       : " (available: " + avail + ")"));
 }
 
-void check_model_dir(const std::string& path, const std::string& verb) {
-  std::error_code ec;
-  if (!fs::is_directory(path, ec) || !is_vindex_model_dir(path)) return;  // a Hugging Face directory runs as is
-  const std::string why = vindex_not_runnable_reason(path, vindex::read_index(path), verb);
-  if (!why.empty()) throw Error(ErrorKind::Unsupported, why);
-}
-
 Loaded load(const std::string& model, int threads, const std::string& verb) {
   const std::string path = resolve_model(model);
-  check_model_dir(path, verb);
   const unsigned cores = std::thread::hardware_concurrency();
   if (threads > 0 && cores > 0 && static_cast<unsigned>(threads) > cores)
     std::fprintf(stderr, "warning: --threads %d is more than this machine's %u cores; it runs many times slower\n", threads,
                  cores);
-  auto m = Model::load(path);
+  auto handle = api::LoadedModel::open(path, api::OpenOptions{threads, verb});
   register_input(path, "the model");
-  Tokenizer tok(m->source().vocabulary());
-  auto fwd = std::make_shared<Forward>(m, threads);
-  return Loaded{m, fwd, tok};
+  return Loaded{handle, handle->model_ptr(), handle->forward(), handle->tokenizer()};
 }
 
 std::string apply_model_chat_template(const Tokenizer& tok, const std::vector<ChatMessage>& messages) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "api/api.h"
 #include "inference/forward.h"
 #include "inference/sampler.h"
 #include "kv/registry.h"
@@ -27,19 +28,21 @@ std::string resolve_model(const std::string& name_or_path);
 /// The help text of every verb's MODEL argument.
 inline constexpr const char* kModelHelp = "a GGUF file, a vindex or Hugging Face directory, or a name in models/";
 
-/// For a directory: nothing when it is a Hugging Face model or a vindex that can run `verb`;
-/// Error{NotFound} when it is neither (is_vindex_model_dir), Error{Unsupported} for a vindex
-/// below level inference (naming its level and `verb`). For a file: nothing.
-void check_model_dir(const std::string& path, const std::string& verb);
+/// api::check_model_dir.
+using api::check_model_dir;
 
+/// A model as the verbs use it: the API facade's LoadedModel (api/api.h) and a Forward of its
+/// own; `tokenizer` is the handle's (alive as long as the handle).
 struct Loaded {
-  std::shared_ptr<Model> model;
+  std::shared_ptr<api::LoadedModel> handle;
+  std::shared_ptr<const Model> model;
   std::shared_ptr<Forward> forward;
-  Tokenizer tokenizer;
+  const Tokenizer& tokenizer;
 };
-/// Resolve, load and bind to `threads` threads (<= 0: all cores). A vindex that cannot run a
-/// model (level browse or attention) is Error{Unsupported} naming its level, what it holds and
-/// that `verb` needs level inference.
+/// Resolve (resolve_model), then api::LoadedModel::open with `threads` threads (<= 0: all
+/// cores), warning when that is more than the cores. A vindex that cannot run a model (level
+/// browse or attention) is Error{Unsupported} naming its level, what it holds and that `verb`
+/// needs level inference.
 Loaded load(const std::string& model, int threads, const std::string& verb = "run");
 
 /// The conversation in the model's own chat format (chat_format_of: the vocabulary's

@@ -4,6 +4,10 @@
 // Without --engine: one batched forward pass (Forward::forward, chunked). With --engine SPEC:
 // teacher-forced through that engine from the first token (prefill of BOS alone, then one
 // decode_step per later token), so every K/V row the engine stores is in the loop as in generation.
+// --residuals-out writes the residual leaving each chosen layer (--layers) at every position, as
+// the forward pass's LayerObserver reports it: [layers, positions, hidden] f32 .npy (what the
+// Python package's Model.trace returns; docs/python.md).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -19,7 +23,7 @@ namespace larql::cli {
 namespace {
 
 struct PplArgs {
-  std::string model, file, logits_out, engine;
+  std::string model, file, logits_out, engine, residuals_out, layers;
   int64_t max_tokens = 0;
   uint64_t max_input_bytes = kDefaultMaxInputBytes;
   int threads = 0;
@@ -30,9 +34,11 @@ struct PplArgs {
 /// nothing replaces the target until close().
 class NpyWriter {
  public:
-  NpyWriter(const std::string& path, int64_t rows, int64_t cols) : out_(path, "--logits-out") {
-    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                       std::to_string(cols) + "), }";
+  NpyWriter(const std::string& path, std::vector<int64_t> shape, const std::string& flag = "--logits-out")
+      : out_(path, flag) {
+    std::string dims;
+    for (int64_t d : shape) dims += std::to_string(d) + ", ";
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
     const size_t unpadded = 10 + dict.size() + 1;
     dict += std::string((64 - unpadded % 64) % 64, ' ') + "\n";
     const uint16_t hlen = static_cast<uint16_t>(dict.size());
@@ -46,6 +52,44 @@ class NpyWriter {
  private:
   AtomicWriter out_;
 };
+
+/// The residual leaving each wanted layer at every position: [layers, positions, hidden].
+class ResidualCapture final : public LayerObserver {
+ public:
+  ResidualCapture(std::vector<int64_t> layers, int64_t n, int64_t hidden) : layers_(std::move(layers)), n_(n), hidden_(hidden) {
+    rows.assign(layers_.size() * static_cast<size_t>(n * hidden), 0.0f);
+  }
+  void on_layer(const LayerTrace& t) override {
+    const auto it = std::find(layers_.begin(), layers_.end(), t.layer);
+    if (it == layers_.end() || t.pos < 0 || t.pos >= n_) return;
+    const size_t at = (static_cast<size_t>(it - layers_.begin()) * static_cast<size_t>(n_) + static_cast<size_t>(t.pos)) *
+                      static_cast<size_t>(hidden_);
+    std::copy(t.residual_out, t.residual_out + hidden_, rows.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+  std::vector<float> rows;
+
+ private:
+  std::vector<int64_t> layers_;
+  int64_t n_, hidden_;
+};
+
+/// "3,7,9" or "all" -> layer numbers in [0, n_layers), in the order given, each once.
+std::vector<int64_t> parse_layers(const std::string& s, int64_t n_layers) {
+  std::vector<int64_t> out;
+  if (s.empty() || s == "all") {
+    for (int64_t l = 0; l < n_layers; ++l) out.push_back(l);
+    return out;
+  }
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const int64_t l = parse_int(item, 0, n_layers - 1, "--layers");
+    if (std::find(out.begin(), out.end(), l) != out.end())
+      throw Error(ErrorKind::InvalidArgument, "--layers lists layer " + std::to_string(l) + " twice");
+    out.push_back(l);
+  }
+  return out;
+}
 
 /// Adds -log p(target) under logits lg [vocab] to nll (log-softmax in double).
 void add_nll(const float* lg, int64_t vocab, int32_t target, double& nll) {
@@ -90,31 +134,21 @@ double score_engine(Loaded& l, const EngineSpec& spec, const std::vector<int32_t
   return nll;
 }
 
-/// One batched forward pass (chunks of Forward::chunk()) over a plain KvCache.
-double score_batched(Loaded& l, const std::vector<int32_t>& ids, NpyWriter* npy) {
-  const ModelConfig& c = l.model->config();
-  const int64_t n = static_cast<int64_t>(ids.size());
-  KvCache cache(c);
-  std::vector<float> x(static_cast<size_t>(l.forward->chunk() * c.hidden));
-  constexpr int64_t kLogitRows = 32;
-  std::vector<float> logits(static_cast<size_t>(kLogitRows * c.vocab));
+/// One batched forward pass (api::LoadedModel::logit_rows: chunks of Forward::chunk() over a
+/// plain KvCache), `observer` (may be null) seeing every layer.
+double score_batched(Loaded& l, const std::vector<int32_t>& ids, NpyWriter* npy, LayerObserver* observer) {
+  const int64_t vocab = l.model->config().vocab, n = static_cast<int64_t>(ids.size());
   double nll = 0;
   Progress bar("scoring", n);
-  for (int64_t off = 0; off < n; off += l.forward->chunk()) {
-    const int64_t m = std::min(l.forward->chunk(), n - off);
-    l.forward->forward(ids.data() + off, m, cache, x.data());
-    for (int64_t r0 = 0; r0 < m; r0 += kLogitRows) {
-      const int64_t rn = std::min(kLogitRows, m - r0);
-      l.forward->logits(x.data() + r0 * c.hidden, rn, logits.data());
-      for (int64_t r = 0; r < rn; ++r) {
-        const int64_t pos = off + r0 + r;
-        if (pos + 1 >= n) break;
-        add_nll(logits.data() + r * c.vocab, c.vocab, ids[static_cast<size_t>(pos + 1)], nll);
-      }
-      if (npy) npy->rows(logits.data(), static_cast<size_t>(rn * c.vocab));
-      bar.update(off + r0 + rn);
+  l.handle->logit_rows(ids, [&](int64_t row0, int64_t rows, const float* logits) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pos = row0 + r;
+      if (pos + 1 >= n) break;
+      add_nll(logits + r * vocab, vocab, ids[static_cast<size_t>(pos + 1)], nll);
     }
-  }
+    if (npy) npy->rows(logits, static_cast<size_t>(rows * vocab));
+    bar.update(row0 + rows);
+  }, observer);
   return nll;
 }
 
@@ -132,11 +166,24 @@ void run(const PplArgs& a) {
     throw Error(ErrorKind::ContextOverflow, a.file + ": " + std::to_string(n) + " tokens exceed the context of " +
                                                 std::to_string(c.context_length) + " (use --max-tokens)");
   std::unique_ptr<NpyWriter> npy;
-  if (!a.logits_out.empty()) npy = std::make_unique<NpyWriter>(a.logits_out, n, c.vocab);
+  if (!a.logits_out.empty()) npy = std::make_unique<NpyWriter>(a.logits_out, std::vector<int64_t>{n, c.vocab});
+  std::unique_ptr<ResidualCapture> capture;
+  if (!a.residuals_out.empty()) {
+    if (spec) throw Error(ErrorKind::InvalidArgument, "--residuals-out is the batched forward pass's: not with --engine");
+    capture = std::make_unique<ResidualCapture>(parse_layers(a.layers, c.n_layers), n, c.hidden);
+  } else if (!a.layers.empty()) {
+    throw Error(ErrorKind::InvalidArgument, "--layers chooses the layers of --residuals-out, which is not given");
+  }
 
   KvBytes kv;
-  const double nll = spec ? score_engine(l, *spec, ids, npy.get(), kv) : score_batched(l, ids, npy.get());
+  const double nll = spec ? score_engine(l, *spec, ids, npy.get(), kv) : score_batched(l, ids, npy.get(), capture.get());
   if (npy) npy->close();
+  if (capture) {
+    const int64_t nl = static_cast<int64_t>(capture->rows.size()) / (n * c.hidden);
+    NpyWriter out(a.residuals_out, {nl, n, c.hidden}, "--residuals-out");
+    out.rows(capture->rows.data(), capture->rows.size());
+    out.close();
+  }
   const double mean = nll / static_cast<double>(n - 1);
   if (a.json) {
     nlohmann::json j = {{"tokens", n}, {"ids", ids}, {"nll_mean", mean}, {"perplexity", std::exp(mean)}};
@@ -161,6 +208,9 @@ void register_perplexity(CLI::App& app) {
   add_int_flag(s, "--max-tokens", a->max_tokens, 0, INT32_MAX, "score only the first N tokens (BOS included; 0 = all),");
   add_max_input_flag(s, a->max_input_bytes);
   s->add_option("--logits-out", a->logits_out, "write logits [positions, vocab] f32 to this .npy");
+  s->add_option("--residuals-out", a->residuals_out,
+                "write the residual leaving each layer of --layers at every position, [layers, positions, hidden] f32, to this .npy");
+  s->add_option("--layers", a->layers, "the layers of --residuals-out: \"all\" (default) or a list such as 3,7,9");
   s->add_option("--engine", a->engine,
                 "score teacher-forced through this engine spec, token by token from BOS (see `larql engines`)");
   add_threads_flag(s, a->threads);

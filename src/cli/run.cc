@@ -85,7 +85,7 @@ void run(RunArgs& a) {
   so.save_state_name = "--save-state";
   // Opens the engine's own inputs (a store, a record), refuses --save-state onto an input and a
   // resumed file of another model or engine: all before any generation (kv/session.h).
-  Session session(l.forward, l.tokenizer, spec, so);
+  Session session(l.forward, l.handle->tokenizer_ptr(), spec, so);
   if (!session.engine().info().note.empty()) std::fprintf(stderr, "note: %s\n", session.engine().info().note.c_str());
   std::vector<std::string> notes;
   const auto ids = session.encode(prompt, &notes);  // BOS only on a new sequence

@@ -274,23 +274,6 @@ long staging_pid(const std::string& name, const std::string& prefix) {
   return end != nullptr && *end == '\0' ? pid : 0;
 }
 
-// A layer's gate matrices in feature order (model/ffn_features.h): the dense FFN's, or each
-// routed expert's then the shared expert's. The down matrices likewise.
-std::vector<const TensorView*> gate_matrices(const ModelConfig& c, const LayerWeights& l) {
-  if (c.n_experts == 0) return {&l.w_gate};
-  std::vector<const TensorView*> out;
-  for (const TensorView& g : l.exp_gate) out.push_back(&g);
-  if (c.shared_expert_ffn > 0) out.push_back(&l.shexp_gate);
-  return out;
-}
-std::vector<const TensorView*> down_matrices(const ModelConfig& c, const LayerWeights& l) {
-  if (c.n_experts == 0) return {&l.w_down};
-  std::vector<const TensorView*> out;
-  for (const TensorView& d : l.exp_down) out.push_back(&d);
-  if (c.shared_expert_ffn > 0) out.push_back(&l.shexp_down);
-  return out;
-}
-
 bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
 
 }  // namespace
@@ -418,7 +401,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     if (!record.has("gate_vectors.bin")) {
       AtomicWriter out((staging / "gate_vectors.bin").string(), "gate_vectors.bin");
       for (int64_t l = 0; l < c.n_layers; ++l) {
-        for (const TensorView* g : gate_matrices(c, w.layers[static_cast<size_t>(l)])) write_rows(out, *g, opt.dtype, nullptr);
+        for (const TensorView* g : ffn_gate_matrices(c, w.layers[static_cast<size_t>(l)])) write_rows(out, *g, opt.dtype, nullptr);
         progress("gate vectors", l + 1, c.n_layers);
       }
       out.commit();
@@ -466,7 +449,7 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
         // ([hidden, ffn] each: a dense FFN's, or every expert's then the shared expert's) side by side.
         cols.resize(static_cast<size_t>(nf * c.hidden));
         int64_t f0 = 0;
-        for (const TensorView* d : down_matrices(c, w.layers[static_cast<size_t>(l)])) {
+        for (const TensorView* d : ffn_down_matrices(c, w.layers[static_cast<size_t>(l)])) {
           row.resize(static_cast<size_t>(d->cols));
           for (int64_t r = 0; r < d->rows; ++r) {
             quant::dequantize_row(d->type, d->row(r), row.data(), d->cols);

@@ -5,8 +5,10 @@
 
 namespace larql {
 
-Session::Session(std::shared_ptr<Forward> fwd, const Tokenizer& tok, const EngineSpec& spec, const SessionOptions& opt)
-    : fwd_(std::move(fwd)), tok_(tok), opt_(opt) {
+Session::Session(std::shared_ptr<Forward> fwd, std::shared_ptr<const Tokenizer> tok, const EngineSpec& spec,
+                 const SessionOptions& opt)
+    : fwd_(std::move(fwd)), tok_(std::move(tok)), opt_(opt) {
+  if (!fwd_ || !tok_) throw Error(ErrorKind::InvalidArgument, "session: no forward pass or no tokenizer");
   const int64_t model_ctx = fwd_->config().context_length;
   if (opt.context < 0 || opt.context > model_ctx)
     throw Error(ErrorKind::InvalidArgument, "session: context " + std::to_string(opt.context) + " is outside [1, " +
@@ -19,7 +21,7 @@ Session::Session(std::shared_ptr<Forward> fwd, const Tokenizer& tok, const Engin
 }
 
 std::vector<int32_t> Session::encode(const std::string& text, std::vector<std::string>* notes) const {
-  return encode_prompt(tok_, text, starts_sequence() && tok_.add_bos(), notes);
+  return encode_prompt(*tok_, text, starts_sequence() && tok_->add_bos(), notes);
 }
 
 void Session::check_prompt(const std::vector<int32_t>& ids) const {
@@ -36,7 +38,7 @@ GenerateResult Session::generate(const std::vector<int32_t>& ids, GenerateOption
   check_prompt(ids);
   opt.continue_sequence = !fresh_;
   opt.context_limit = context_;
-  GenerateResult r = larql::generate(*engine_, *fwd_, tok_, ids, opt, on_text);
+  GenerateResult r = larql::generate(*engine_, *fwd_, *tok_, ids, opt, on_text);
   fresh_ = false;
   if (!opt_.save_state.empty()) engine_->save_state(opt_.save_state);
   return r;

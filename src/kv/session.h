@@ -38,7 +38,9 @@ class Session {
   /// Errors: Error{InvalidArgument} for a context outside [1, the model's context_length] (the
   /// message names both); make_engine's; check_output_path's; the engine's load_state errors
   /// (another model's or engine's file, a corrupt one).
-  Session(std::shared_ptr<Forward> fwd, const Tokenizer& tok, const EngineSpec& spec, const SessionOptions& opt);
+  /// The session keeps `fwd` and `tok` alive (it borrows nothing). Error{InvalidArgument} for a
+  /// null forward or tokenizer.
+  Session(std::shared_ptr<Forward> fwd, std::shared_ptr<const Tokenizer> tok, const EngineSpec& spec, const SessionOptions& opt);
 
   Engine& engine() { return *engine_; }
   const Engine& engine() const { return *engine_; }
@@ -72,7 +74,7 @@ class Session {
 
  private:
   std::shared_ptr<Forward> fwd_;
-  const Tokenizer& tok_;
+  std::shared_ptr<const Tokenizer> tok_;
   SessionOptions opt_;
   std::unique_ptr<Engine> engine_;
   int64_t context_ = 0;

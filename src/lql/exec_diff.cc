@@ -79,16 +79,9 @@ bool same_tensor(const std::optional<SourceTensor>& a, const std::optional<Sourc
 // Every FFN feature's down column of a layer, feature-major [features, hidden] (model/ffn_features.h
 // numbering: a dense FFN's down matrix, or each expert's then the shared expert's).
 std::vector<float> down_columns(const ModelConfig& c, const LayerWeights& l) {
-  std::vector<const TensorView*> parts;
-  if (c.n_experts == 0) {
-    parts = {&l.w_down};
-  } else {
-    for (const TensorView& d : l.exp_down) parts.push_back(&d);
-    if (c.shared_expert_ffn > 0) parts.push_back(&l.shexp_down);
-  }
   std::vector<float> out(static_cast<size_t>(ffn_feature_count(c) * c.hidden)), row;
   int64_t f0 = 0;
-  for (const TensorView* d : parts) {  // [hidden, cols]
+  for (const TensorView* d : ffn_down_matrices(c, l)) {  // [hidden, cols]
     row.resize(static_cast<size_t>(d->cols));
     for (int64_t r = 0; r < d->rows; ++r) {
       quant::dequantize_row(d->type, d->row(r), row.data(), d->cols);

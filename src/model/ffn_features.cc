@@ -57,6 +57,22 @@ FfnFeatureViews ffn_feature_views(const ModelConfig& c, const LayerWeights& w, i
   return v;
 }
 
+std::vector<const TensorView*> ffn_gate_matrices(const ModelConfig& c, const LayerWeights& w) {
+  if (c.n_experts == 0) return {&w.w_gate};
+  std::vector<const TensorView*> out;
+  for (const TensorView& g : w.exp_gate) out.push_back(&g);
+  if (c.shared_expert_ffn > 0) out.push_back(&w.shexp_gate);
+  return out;
+}
+
+std::vector<const TensorView*> ffn_down_matrices(const ModelConfig& c, const LayerWeights& w) {
+  if (c.n_experts == 0) return {&w.w_down};
+  std::vector<const TensorView*> out;
+  for (const TensorView& d : w.exp_down) out.push_back(&d);
+  if (c.shared_expert_ffn > 0) out.push_back(&w.shexp_down);
+  return out;
+}
+
 std::string ffn_feature_expert_label(int64_t expert) {
   if (expert == -1) return "";
   if (expert == FfnFeatureRef::kSharedExpert) return "shared";

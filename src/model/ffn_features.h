@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compute/tensor.h"
 #include "model/config.h"
@@ -56,6 +57,12 @@ struct FfnFeatureViews {
 };
 /// Errors: as ffn_feature_ref.
 FfnFeatureViews ffn_feature_views(const ModelConfig& c, const LayerWeights& w, int64_t feature);
+
+/// A layer's gate (or down) matrices in feature order: the dense FFN's one, or each routed
+/// expert's then the shared expert's — side by side they hold features 0, 1, ... (gate:
+/// [rows, hidden] each; down: [hidden, cols] each).
+std::vector<const TensorView*> ffn_gate_matrices(const ModelConfig& c, const LayerWeights& w);
+std::vector<const TensorView*> ffn_down_matrices(const ModelConfig& c, const LayerWeights& w);
 
 /// The expert a feature belongs to, as LQL shows it: "" (dense), "E3", "shared".
 std::string ffn_feature_expert_label(int64_t expert);

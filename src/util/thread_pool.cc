@@ -5,6 +5,8 @@
 #include <exception>
 #include <map>
 
+#include <pthread.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define LARQL_PAUSE() _mm_pause()
@@ -38,6 +40,15 @@ void run_job(const std::function<void(int64_t, int64_t)>& fn, int64_t b, int64_t
   }
 }
 
+// The number of fork()s this process descends from since the first pool was made: a pool whose
+// epoch differs is in a child that has none of its workers.
+std::atomic<uint64_t> g_forks{0};
+
+void watch_forks() {
+  static std::once_flag once;
+  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, [] { g_forks.fetch_add(1, std::memory_order_relaxed); }); });
+}
+
 }  // namespace
 
 std::shared_ptr<ThreadPool> ThreadPool::shared(int n_threads) {
@@ -54,11 +65,19 @@ std::shared_ptr<ThreadPool> ThreadPool::shared(int n_threads) {
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  watch_forks();
+  fork_epoch_ = g_forks.load(std::memory_order_relaxed);
   done_ = std::make_unique<Done[]>(static_cast<size_t>(n_threads_));
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
+  if (g_forks.load(std::memory_order_relaxed) != fork_epoch_) {
+    // A child of a fork: the workers are not in this process; their thread objects cannot be
+    // joined or detached, so they are left (leaked) rather than terminate the process.
+    new std::vector<std::thread>(std::move(threads_));
+    return;
+  }
   stop_.store(true, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
@@ -69,8 +88,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
                               int64_t grain) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  if (n_threads_ == 1 || n <= grain) {
-    run_job(fn, 0, n);
+  if (n_threads_ == 1 || n <= grain || g_forks.load(std::memory_order_relaxed) != fork_epoch_) {
+    run_job(fn, 0, n);  // one thread, one grain, or a forked child (no workers here)
     return;
   }
   const std::lock_guard<std::mutex> lock(dispatch_);

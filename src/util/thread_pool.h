@@ -18,6 +18,9 @@ namespace larql {
 /// The process's executor: one pool per thread count (ThreadPool::shared), shared by every
 /// Forward and sequence. parallel_for may be called from several threads at once: calls are
 /// serialised by a mutex (one job runs at a time, each on all the pool's threads).
+/// After fork() a pool made before it has no worker threads in the child (POSIX copies only
+/// the forking thread): there its parallel_for runs every job on the calling thread, so a model
+/// opened before a fork still runs in the child (on one core) instead of waiting forever.
 /// Rules for `fn`: it must not throw (validate before dispatching; a job that throws anyway ends
 /// the process with std::terminate and a message on stderr, on any thread), and it must not call
 /// parallel_for on the same pool (that would deadlock on the dispatch mutex).
@@ -49,6 +52,7 @@ class ThreadPool {
   };
 
   int n_threads_;
+  uint64_t fork_epoch_ = 0;       ///< the process's fork count when the pool was made
   std::vector<std::thread> threads_;
   std::unique_ptr<Done[]> done_;  ///< [n_threads_]; slot 0 unused (the caller)
   std::mutex dispatch_;           ///< one job at a time: held by parallel_for from dispatch to the join

@@ -31,10 +31,10 @@ class SessionTest : public ::testing::Test {
     sm_ = testing::make_synthetic_model().release();
     model_ = Model::load(sm_->path);
     fwd_ = std::make_shared<Forward>(model_, 2);
-    tok_ = new Tokenizer(Tokenizer(model_->source().vocabulary()));
+    tok_ = std::make_shared<const Tokenizer>(model_->source().vocabulary());
   }
   static void TearDownTestSuite() {
-    delete tok_;
+    tok_.reset();
     fwd_.reset();
     model_.reset();
     delete sm_;
@@ -54,12 +54,12 @@ class SessionTest : public ::testing::Test {
     o.stop_at_eog = false;
     return o;
   }
-  Session make(const std::string& spec, SessionOptions so = {}) { return Session(fwd_, *tok_, parse_engine_spec(spec), so); }
+  Session make(const std::string& spec, SessionOptions so = {}) { return Session(fwd_, tok_, parse_engine_spec(spec), so); }
 
   static inline testing::SyntheticModel* sm_ = nullptr;
   static inline std::shared_ptr<Model> model_;
   static inline std::shared_ptr<Forward> fwd_;
-  static inline Tokenizer* tok_ = nullptr;
+  static inline std::shared_ptr<const Tokenizer> tok_;
   std::filesystem::path dir_;
 };
 

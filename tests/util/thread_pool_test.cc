@@ -2,6 +2,7 @@
 // and thread count, and survives many back-to-back jobs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -9,6 +10,9 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "util/thread_pool.h"
 
@@ -140,6 +144,37 @@ TEST(ThreadPoolDeathTest, AThrowingJobTerminatesWithAMessage) {
         });
       },
       "ThreadPool job threw \\(jobs must not throw\\): boom");
+}
+
+// After fork() the child has none of the pool's workers (POSIX copies the forking thread only):
+// its parallel_for runs the whole job on the calling thread — every index once — instead of
+// waiting for workers that do not exist, and destroying the pool there does not hang or abort.
+TEST(ThreadPool, AForkedChildRunsJobsOnItsOwnThread) {
+  auto* pool = new ThreadPool(4);
+  std::vector<int> warm(1000, 0);
+  pool->parallel_for(1000, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) ++warm[i]; });
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::vector<int> seen(100000, 0);
+    std::atomic<int> calls{0};
+    pool->parallel_for(100000, [&](int64_t b, int64_t e) {
+      ++calls;
+      for (int64_t i = b; i < e; ++i) ++seen[i];
+    });
+    const bool ok = calls.load() == 1 && std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; });
+    delete pool;
+    ::_exit(ok ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The parent's pool still uses its workers.
+  std::atomic<int> calls{0};
+  pool->parallel_for(1000, [&](int64_t, int64_t) { ++calls; });
+  EXPECT_EQ(calls.load(), 4);
+  delete pool;
 }
 
 }  // namespace

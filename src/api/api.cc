@@ -1,0 +1,172 @@
+#include "api/api.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "inference/kv_cache.h"
+#include "lql/executor.h"
+#include "lql/parser.h"
+#include "lql/printer.h"
+#include "lql/script.h"
+#include "model/vindex_source.h"
+#include "util/error.h"
+#include "vindex/index.h"
+
+namespace larql::api {
+
+namespace fs = std::filesystem;
+
+void check_model_dir(const std::string& path, const std::string& verb) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || !is_vindex_model_dir(path)) return;  // a Hugging Face directory runs as is
+  const std::string why = vindex_not_runnable_reason(path, vindex::read_index(path), verb);
+  if (!why.empty()) throw Error(ErrorKind::Unsupported, why);
+}
+
+std::shared_ptr<LoadedModel> LoadedModel::open(const std::string& path, const OpenOptions& opt) {
+  std::error_code ec;
+  if (path.empty()) throw Error(ErrorKind::InvalidArgument, "no model path given");
+  if (!fs::exists(path, ec)) throw Error(ErrorKind::NotFound, "model " + path + " not found: no such file or directory");
+  check_model_dir(path, opt.verb);
+  return wrap(Model::load(path), opt.threads);
+}
+
+std::shared_ptr<LoadedModel> LoadedModel::wrap(std::shared_ptr<const Model> model, int threads) {
+  return wrap(std::move(model), std::make_shared<ThreadPool>(threads));
+}
+
+std::shared_ptr<LoadedModel> LoadedModel::wrap(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool) {
+  if (!model || !pool) throw Error(ErrorKind::InvalidArgument, "LoadedModel::wrap: no model or no pool");
+  auto m = std::shared_ptr<LoadedModel>(new LoadedModel());
+  m->tok_ = std::make_shared<const Tokenizer>(model->source().vocabulary());
+  m->model_ = std::move(model);
+  m->pool_ = std::move(pool);
+  return m;
+}
+
+std::shared_ptr<Forward> LoadedModel::forward() const { return std::make_shared<Forward>(model_, pool_); }
+
+std::vector<int32_t> LoadedModel::tokenize(std::string_view text, bool add_bos, bool parse_special) const {
+  return tok_->encode(std::string(text), add_bos && tok_->add_bos(), parse_special);
+}
+
+std::string LoadedModel::detokenize(const std::vector<int32_t>& ids, bool skip_special) const {
+  const int64_t vocab = tok_->vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw Error(ErrorKind::InvalidArgument, "token id " + std::to_string(ids[i]) + " (at " + std::to_string(i) +
+                                                  ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  return tok_->decode(ids, skip_special);
+}
+
+void LoadedModel::logits(const std::vector<int32_t>& ids, float* out, LayerObserver* observer,
+                         const std::atomic<bool>* cancel) const {
+  const int64_t vocab = model_->config().vocab;
+  logit_rows(ids, [&](int64_t row0, int64_t rows, const float* lg) {
+    std::copy(lg, lg + rows * vocab, out + row0 * vocab);
+  }, observer, cancel);
+}
+
+void LoadedModel::logit_rows(const std::vector<int32_t>& ids,
+                             const std::function<void(int64_t row0, int64_t rows, const float* logits)>& on_rows,
+                             LayerObserver* observer, const std::atomic<bool>* cancel) const {
+  check_ids(ids);
+  const ModelConfig& c = model_->config();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  Forward fwd(model_, pool_);
+  fwd.set_observer(observer);
+  fwd.set_cancel(cancel);
+  KvCache cache(c);
+  std::vector<float> x(static_cast<size_t>(fwd.chunk() * c.hidden));
+  // As `larql perplexity` (cli/perplexity.cc score_batched): chunks of Forward::chunk(), the
+  // logits of 32 rows at a time.
+  constexpr int64_t kLogitRows = 32;
+  std::vector<float> lg(static_cast<size_t>(kLogitRows * c.vocab));
+  for (int64_t off = 0; off < n; off += fwd.chunk()) {
+    const int64_t m = std::min(fwd.chunk(), n - off);
+    fwd.forward(ids.data() + off, m, cache, x.data());
+    for (int64_t r0 = 0; r0 < m; r0 += kLogitRows) {
+      const int64_t rn = std::min(kLogitRows, m - r0);
+      fwd.logits(x.data() + r0 * c.hidden, rn, lg.data());
+      on_rows(off + r0, rn, lg.data());
+    }
+  }
+}
+
+void LoadedModel::check_ids(const std::vector<int32_t>& ids) const {
+  const ModelConfig& c = model_->config();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n == 0) throw Error(ErrorKind::EmptyPrompt, "logits: no token ids");
+  if (n > c.context_length)
+    throw Error(ErrorKind::ContextOverflow, "logits: " + std::to_string(n) + " tokens exceed the model's context of " +
+                                                std::to_string(c.context_length));
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= c.vocab)
+      throw Error(ErrorKind::InvalidArgument, "token id " + std::to_string(ids[i]) + " (at " + std::to_string(i) +
+                                                  ") is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+}
+
+double LoadedModel::mean_nll(const std::vector<int32_t>& ids, const std::atomic<bool>* cancel) const {
+  const int64_t n = static_cast<int64_t>(ids.size()), vocab = model_->config().vocab;
+  if (n < 2) throw Error(ErrorKind::InvalidArgument, "perplexity needs at least 2 tokens, got " + std::to_string(n));
+  double nll = 0;
+  logit_rows(ids, [&](int64_t row0, int64_t rows, const float* lg) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t p = row0 + r;
+      if (p + 1 >= n) break;
+      const float* row = lg + r * vocab;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+      nll += mx + std::log(sum) - static_cast<double>(row[ids[static_cast<size_t>(p + 1)]]);
+    }
+  }, nullptr, cancel);
+  return nll / static_cast<double>(n - 1);
+}
+
+Generator::Generator(std::shared_ptr<const LoadedModel> model, const EngineSpec& spec, const SessionOptions& opt)
+    : model_(std::move(model)) {
+  if (!model_) throw Error(ErrorKind::InvalidArgument, "Generator: no model");
+  fwd_ = model_->forward();
+  session_ = std::make_unique<Session>(fwd_, model_->tokenizer_ptr(), spec, opt);
+}
+
+GenerateResult Generator::generate(const std::string& prompt, const GenerateOptions& opt,
+                                   const std::function<void(std::string_view)>& on_text) {
+  return session_->generate(session_->encode(prompt), opt, on_text);
+}
+
+GenerateResult Generator::generate_ids(const std::vector<int32_t>& ids, const GenerateOptions& opt,
+                                       const std::function<void(std::string_view)>& on_text) {
+  const int64_t vocab = model_->config().vocab;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw Error(ErrorKind::InvalidArgument, "token id " + std::to_string(ids[i]) + " (at " + std::to_string(i) +
+                                                  ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  return session_->generate(ids, opt, on_text);
+}
+
+std::unique_ptr<lql::Session> open_lql(const std::string& vindex, int threads) {
+  auto s = std::make_unique<lql::Session>(lql::SessionOptions{threads});
+  if (!vindex.empty()) s->use(vindex);
+  return s;
+}
+
+std::vector<std::string> run_lql_json(lql::Session& session, std::string_view text) {
+  lql::Executor exec(session);
+  std::vector<std::string> out;
+  for (const auto& ch : lql::script_statements(text)) {
+    const lql::Pipeline p = lql::parse_one(ch.text, ch.pos);
+    for (const auto& st : p.stages) {
+      const auto t0 = std::chrono::steady_clock::now();
+      lql::Table t = exec.run(st);
+      t.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      out.push_back(lql::render_json(t));
+    }
+  }
+  return out;
+}
+
+}  // namespace larql::api
