@@ -106,6 +106,8 @@ void register_chat(CLI::App& app);
 void register_show(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_perplexity(CLI::App& app);
+void register_parity(CLI::App& app);   // where two models, sources or engines diverge
+void register_diag(CLI::App& app);     // per-layer residual norms, non-finite weights and activations
 void register_bench(CLI::App& app);
 void register_engines(CLI::App& app);
 void register_accuracy(CLI::App& app);

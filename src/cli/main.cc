@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   larql::cli::register_show(app);
   larql::cli::register_tokenize(app);
   larql::cli::register_perplexity(app);
+  larql::cli::register_parity(app);
+  larql::cli::register_diag(app);
   larql::cli::register_bench(app);
   larql::cli::register_engines(app);
   larql::cli::register_accuracy(app);
