@@ -364,7 +364,11 @@ NB_MODULE(_larql, m) {
            "text"_a, "add_bos"_a = true, "special"_a = false,
            "Token ids of text: BOS first when add_bos (and the vocabulary wants one); special-token text parsed when special.")
       .def("detokenize",
-           [](const PyModel& s, const std::vector<int32_t>& ids, bool skip_special) { return s.handle()->detokenize(ids, skip_special); },
+           [](const PyModel& s, const std::vector<int32_t>& ids, bool skip_special) {
+             // A byte-fallback token alone is not valid UTF-8: shown as U+FFFD, as a stream shows it.
+             const std::string t = s.handle()->detokenize(ids, skip_special);
+             return nb::steal<nb::str>(PyUnicode_DecodeUTF8(t.data(), static_cast<Py_ssize_t>(t.size()), "replace"));
+           },
            "ids"_a, "skip_special"_a = false, "The text of token ids.")
       .def("_logits",
            [](const PyModel& s, nb::handle tokens, bool add_bos) {

@@ -133,9 +133,22 @@ Generator::Generator(std::shared_ptr<const LoadedModel> model, const EngineSpec&
   session_ = std::make_unique<Session>(fwd_, model_->tokenizer_ptr(), spec, opt);
 }
 
+GenerateResult Generator::run_guarded(const std::vector<int32_t>& ids, const GenerateOptions& opt,
+                                      const std::function<void(std::string_view)>& on_text) {
+  if (busy_.exchange(true))
+    throw Error(ErrorKind::InvalidArgument,
+                "the session is busy: another generation on it has not finished (one sequence runs one generation at a time; "
+                "finish or close it, or use another session)");
+  struct Release {
+    std::atomic<bool>& b;
+    ~Release() { b.store(false); }
+  } release{busy_};
+  return session_->generate(ids, opt, on_text);
+}
+
 GenerateResult Generator::generate(const std::string& prompt, const GenerateOptions& opt,
                                    const std::function<void(std::string_view)>& on_text) {
-  return session_->generate(session_->encode(prompt), opt, on_text);
+  return run_guarded(session_->encode(prompt), opt, on_text);
 }
 
 GenerateResult Generator::generate_ids(const std::vector<int32_t>& ids, const GenerateOptions& opt,
@@ -145,7 +158,7 @@ GenerateResult Generator::generate_ids(const std::vector<int32_t>& ids, const Ge
     if (ids[i] < 0 || ids[i] >= vocab)
       throw Error(ErrorKind::InvalidArgument, "token id " + std::to_string(ids[i]) + " (at " + std::to_string(i) +
                                                   ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  return session_->generate(ids, opt, on_text);
+  return run_guarded(ids, opt, on_text);
 }
 
 std::unique_ptr<lql::Session> open_lql(const std::string& vindex, int threads) {

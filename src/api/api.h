@@ -114,16 +114,21 @@ class Generator {
   Engine& engine() { return session_->engine(); }
 
   /// Generate from `prompt` text (encoded as Session::encode: BOS on a new sequence) or from ids;
-  /// `on_text` receives UTF-8 pieces as they are produced. kv::Session::generate's errors.
+  /// `on_text` receives UTF-8 pieces as they are produced. kv::Session::generate's errors, and
+  /// Error{InvalidArgument} "the session is busy" while another generate() on it runs (from
+  /// another thread, or a stream not yet finished): one sequence, one generation at a time.
   GenerateResult generate(const std::string& prompt, const GenerateOptions& opt,
                           const std::function<void(std::string_view)>& on_text = nullptr);
   GenerateResult generate_ids(const std::vector<int32_t>& ids, const GenerateOptions& opt,
                               const std::function<void(std::string_view)>& on_text = nullptr);
 
  private:
+  GenerateResult run_guarded(const std::vector<int32_t>& ids, const GenerateOptions& opt,
+                             const std::function<void(std::string_view)>& on_text);
   std::shared_ptr<const LoadedModel> model_;
   std::shared_ptr<Forward> fwd_;
   std::unique_ptr<Session> session_;
+  std::atomic<bool> busy_{false};  ///< a generate() is running: a second one is refused
 };
 
 /// An LQL session on a vindex (lql/session.h) that runs statement text: `USE` of `vindex` first

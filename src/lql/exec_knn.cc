@@ -216,6 +216,8 @@ Table exec_describe(Session& s, const DescribeStmt& st, Pos pos) {
   } else {
     layers = layers_of_band(s, st.band.value_or(Band::All), pos);
   }
+  if (layers.empty() || s.index().layers.empty())
+    throw Error(ErrorKind::InvalidArgument, "DESCRIBE at " + pos.str() + ": " + s.path() + " has no gate vectors to describe with");
   Table t;
   t.statement = "DESCRIBE";
   t.columns = {{"band"},

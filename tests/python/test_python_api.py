@@ -240,3 +240,23 @@ def test_a_model_opened_before_fork_runs_in_the_child(model):
     os.close(w)
     _, status = os.waitpid(pid, 0)
     assert os.read(r, 16) == b"same" and os.WEXITSTATUS(status) == 0
+
+
+def test_a_session_runs_one_generation_at_a_time(model):
+    # A second stream on a session whose first is unfinished is refused (never two writers on one
+    # K/V cache), and the session works again once the first is done.
+    s = model.session()
+    g1 = s.generate("Once upon a time", max_tokens=400, temperature=0, ignore_eos=True)  # seconds of work
+    next(g1)
+    with pytest.raises(larql.InvalidArgument, match="busy"):
+        list(s.generate(" and then", max_tokens=4, temperature=0))
+    g1.close()  # cancels between tokens
+    assert g1.result["stop_reason"] == "cancelled"
+    assert s.generate(" and then", max_tokens=4, temperature=0).text()
+
+
+def test_detokenize_of_a_lone_byte_token_is_replaced_not_an_error(model):
+    ids = model.tokenize("caf\u00e9 \U0001F600", add_bos=False)
+    pieces = [model.detokenize([i]) for i in ids]  # single bytes of a multi-byte character
+    assert all(isinstance(p, str) for p in pieces)
+    assert model.detokenize(ids) == "caf\u00e9 \U0001F600"
