@@ -5,6 +5,9 @@
 
 #include <cstdint>
 
+#include "model/model.h"
+#include "util/thread_pool.h"
+
 namespace larql {
 
 class Forward;
@@ -49,5 +52,12 @@ class MoeFfn final : public Ffn {
 /// `renormalise`. k in [1, n_experts].
 void route_experts(const float* logits, int64_t n_experts, int64_t k, bool renormalise, float* probs,
                    int32_t* chosen, float* weights);
+
+/// The routing MoeFfn computes for rows h [n, hidden] of a layer's FFN input — the router's
+/// logits by the same matmul, then route_experts — for a reader outside the forward pass (LQL's
+/// WALK and INSERT), so it names exactly the experts the forward pass runs. chosen [n, k],
+/// weights [n, k]. k = the config's n_experts_used.
+void route_rows(ThreadPool& pool, const ModelConfig& c, const LayerWeights& w, const float* h, int64_t n,
+                int32_t* chosen, float* weights);
 
 }  // namespace larql

@@ -56,6 +56,17 @@ void route_experts(const float* logits, int64_t n_experts, int64_t k, bool renor
   }
 }
 
+void route_rows(ThreadPool& pool, const ModelConfig& c, const LayerWeights& w, const float* h, int64_t n,
+                int32_t* chosen, float* weights) {
+  const int64_t E = c.n_experts, K = c.n_experts_used;
+  std::vector<float> logits(static_cast<size_t>(n * E)), probs(static_cast<size_t>(E));
+  compute::Activations acts;
+  acts.reset(h, n, c.hidden);
+  compute::matmul(pool, w.router, acts, logits.data());
+  for (int64_t t = 0; t < n; ++t)
+    route_experts(logits.data() + t * E, E, K, c.expert_weights_norm, probs.data(), chosen + t * K, weights + t * K);
+}
+
 void MoeFfn::run(Forward& f, int64_t li, const float* h, int64_t n, float* out) {
   const ModelConfig& c = f.config();
   const LayerWeights& w = f.model().weights().layers[static_cast<size_t>(li)];

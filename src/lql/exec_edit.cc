@@ -135,18 +135,12 @@ double act(const ModelConfig& c, double a) {
 }
 
 // A mixture of experts: per expert, the weight its output gets for FFN input x (0 when the
-// router does not choose it): inference/ffn.h route_experts on the router's logits.
-std::vector<double> expert_weights(const ModelConfig& c, const LayerWeights& w, const std::vector<float>& x) {
-  const int64_t E = c.n_experts, hidden = c.hidden;
-  std::vector<float> logits(static_cast<size_t>(E)), row(static_cast<size_t>(hidden)), probs(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) {
-    quant::dequantize_row(w.router.type, w.router.row(e), row.data(), hidden);
-    logits[static_cast<size_t>(e)] = static_cast<float>(dot(row.data(), x.data(), hidden));
-  }
+// router does not choose it), as the forward pass routes (inference/ffn.h route_rows).
+std::vector<double> expert_weights(Session& s, const ModelConfig& c, const LayerWeights& w, const std::vector<float>& x) {
   std::vector<int32_t> chosen(static_cast<size_t>(c.n_experts_used));
-  std::vector<float> weights(static_cast<size_t>(c.n_experts_used));
-  route_experts(logits.data(), E, c.n_experts_used, c.expert_weights_norm, probs.data(), chosen.data(), weights.data());
-  std::vector<double> out(static_cast<size_t>(E), 0.0);
+  std::vector<float> weights(chosen.size());
+  route_rows(s.pool(), c, w, x.data(), 1, chosen.data(), weights.data());
+  std::vector<double> out(static_cast<size_t>(c.n_experts), 0.0);
   for (size_t i = 0; i < chosen.size(); ++i) out[static_cast<size_t>(chosen[i])] = weights[i];
   return out;
 }
@@ -165,11 +159,11 @@ int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float
   int64_t f0 = 0, nf = ffn_feature_count(c);
   std::vector<double> decoy_weight(xs.size(), 1.0);
   if (c.n_experts > 0) {
-    const std::vector<double> mine = expert_weights(c, w, x0);
+    const std::vector<double> mine = expert_weights(s, c, w, x0);
     const int64_t e = std::max_element(mine.begin(), mine.end()) - mine.begin();
     f0 = e * c.expert_ffn;
     nf = c.expert_ffn;
-    for (size_t i = 0; i < xs.size(); ++i) decoy_weight[i] = expert_weights(c, w, xs[i])[static_cast<size_t>(e)];
+    for (size_t i = 0; i < xs.size(); ++i) decoy_weight[i] = expert_weights(s, c, w, xs[i])[static_cast<size_t>(e)];
   }
   const FfnFeatureViews v = ffn_feature_views(c, w, f0);
   const int64_t r0 = v.row;  // the candidates' first row in *v.gate / *v.up, first column in *v.down

@@ -105,18 +105,11 @@ std::vector<std::vector<uint8_t>> routed_skips(Session& s, const std::vector<int
   const ModelConfig& c = model->config();
   if (c.n_experts == 0) return {};
   std::vector<std::vector<uint8_t>> out;
-  std::vector<float> logits(static_cast<size_t>(c.n_experts)), probs(logits.size()), row(static_cast<size_t>(c.hidden));
   std::vector<int32_t> chosen(static_cast<size_t>(c.n_experts_used));
   std::vector<float> weights(chosen.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerWeights& w = model->weights().layers[static_cast<size_t>(layers[i])];
-    for (int64_t e = 0; e < c.n_experts; ++e) {
-      quant::dequantize_row(w.router.type, w.router.row(e), row.data(), c.hidden);
-      double d = 0;
-      for (int64_t j = 0; j < c.hidden; ++j) d += static_cast<double>(row[static_cast<size_t>(j)]) * qs[i][static_cast<size_t>(j)];
-      logits[static_cast<size_t>(e)] = static_cast<float>(d);
-    }
-    route_experts(logits.data(), c.n_experts, c.n_experts_used, c.expert_weights_norm, probs.data(), chosen.data(), weights.data());
+    route_rows(s.pool(), c, w, qs[i].data(), 1, chosen.data(), weights.data());  // as the forward pass routes
     std::vector<uint8_t> skip(static_cast<size_t>(ffn_feature_count(c)), 0);
     for (int64_t f = 0; f < c.n_experts * c.expert_ffn; ++f)
       skip[static_cast<size_t>(f)] = std::find(chosen.begin(), chosen.end(), static_cast<int32_t>(f / c.expert_ffn)) == chosen.end();

@@ -57,20 +57,26 @@ FfnFeatureViews ffn_feature_views(const ModelConfig& c, const LayerWeights& w, i
   return v;
 }
 
-std::vector<const TensorView*> ffn_gate_matrices(const ModelConfig& c, const LayerWeights& w) {
-  if (c.n_experts == 0) return {&w.w_gate};
+namespace {
+
+// The dense matrix, or each expert's then the shared expert's.
+std::vector<const TensorView*> in_feature_order(const ModelConfig& c, const TensorView& dense,
+                                                const std::vector<TensorView>& experts, const TensorView& shared) {
+  if (c.n_experts == 0) return {&dense};
   std::vector<const TensorView*> out;
-  for (const TensorView& g : w.exp_gate) out.push_back(&g);
-  if (c.shared_expert_ffn > 0) out.push_back(&w.shexp_gate);
+  for (const TensorView& m : experts) out.push_back(&m);
+  if (c.shared_expert_ffn > 0) out.push_back(&shared);
   return out;
 }
 
+}  // namespace
+
+std::vector<const TensorView*> ffn_gate_matrices(const ModelConfig& c, const LayerWeights& w) {
+  return in_feature_order(c, w.w_gate, w.exp_gate, w.shexp_gate);
+}
+
 std::vector<const TensorView*> ffn_down_matrices(const ModelConfig& c, const LayerWeights& w) {
-  if (c.n_experts == 0) return {&w.w_down};
-  std::vector<const TensorView*> out;
-  for (const TensorView& d : w.exp_down) out.push_back(&d);
-  if (c.shared_expert_ffn > 0) out.push_back(&w.shexp_down);
-  return out;
+  return in_feature_order(c, w.w_down, w.exp_down, w.shexp_down);
 }
 
 std::string ffn_feature_expert_label(int64_t expert) {
