@@ -46,6 +46,25 @@ class MoeFfn final : public Ffn {
   void run(Forward& f, int64_t layer, const float* h, int64_t n, float* out) override;
 };
 
+/// Error{InvalidArgument} naming the layer and the model part unless the part holds layer `layer`'s
+/// FFN weights (ModelPart::ffn); DenseFfn and MoeFfn check it first.
+void require_ffn_weights(const Model& model, int64_t layer);
+
+/// MoeFfn in its three stages, for a caller that runs the experts elsewhere (shard/: expert
+/// shards). MoeFfn::run is moe_route, then moe_expert_outputs, then moe_combine, so a caller that
+/// gathers y from several processes and combines it here gets MoeFfn's rows bit for bit.
+///   moe_route: chosen [n, k] and weights [n, k] (k = n_experts_used) for the ffn-normed rows
+///     h [n, hidden] (the router's matmul, then route_experts).
+///   moe_expert_outputs: y [n*k, hidden], slot t*k+j = expert chosen[t*k+j] on row t; `k` is the
+///     experts per row. An expert the model part does not hold is Error{InvalidArgument}, or with
+///     `held_only` its slots are zeros. Errors: Error{InvalidArgument} for an expert id out of range.
+///   moe_combine: out [n, hidden] = sum_j weights[t,j] * y[t*k+j] in slot order, plus the shared
+///     expert when the model has one (computed here: the caller's part must hold it).
+void moe_route(Forward& f, int64_t layer, const float* h, int64_t n, int32_t* chosen, float* weights);
+void moe_expert_outputs(Forward& f, int64_t layer, const float* h, int64_t n, int64_t k, const int32_t* chosen, float* y,
+                        bool held_only);
+void moe_combine(Forward& f, int64_t layer, const float* h, int64_t n, const float* weights, const float* y, float* out);
+
 /// One row's routing: probs [n_experts] = softmax(logits); chosen [k] the experts of the k largest
 /// probabilities in descending order (ties: the lower id); weights [k] their probabilities,
 /// divided by their sum (clamped below at 6.103515625e-5, llama.cpp build_moe_ffn) when

@@ -36,6 +36,13 @@ Forward::Forward(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool>
   if (!model_ || !pool_) throw Error(ErrorKind::InvalidArgument, "Forward: null model or pool");
 }
 
+std::shared_ptr<Forward> Forward::sibling() const {
+  auto f = std::make_shared<Forward>(model_, pool_);
+  f->ffns_ = ffns_;
+  f->chunk_ = chunk_;
+  return f;
+}
+
 void Forward::set_ffn(int64_t li, std::shared_ptr<Ffn> ffn) {
   const int64_t n_layers = config().n_layers;
   if (li < 0 || li >= n_layers)
@@ -69,6 +76,7 @@ void Forward::norm(NormSite site, int64_t li, const float* x, int64_t n, float* 
 
 void Forward::embed(const int32_t* tokens, int64_t n, float* x) {
   const profile::Scope prof(profile::Stage::Embed);
+  model_->require_embedding("embed");
   const ModelConfig& c = config();
   const TensorView& e = model_->weights().token_embd;
   for (int64_t t = 0; t < n; ++t) {
@@ -83,6 +91,7 @@ void Forward::embed(const int32_t* tokens, int64_t n, float* x) {
 }
 
 void Forward::attn_input(int64_t li, const float* x, int64_t n) {
+  require_attention(li);
   const int64_t H = config().hidden;
   float* h = G::grow(ws_.h, static_cast<size_t>(n * H));
   norm(NormSite::Attn, li, x, n, h);
@@ -325,6 +334,7 @@ void Forward::attend_rows(int64_t li, const float* q, int64_t n, const int64_t* 
 }
 
 void Forward::attn_block(int64_t li, const float* attn, int64_t n, float* x) {
+  require_attention(li);
   const profile::Scope prof(profile::Stage::AttnOut);
   const ModelConfig& c = config();
   const int64_t H = c.hidden;
@@ -336,6 +346,7 @@ void Forward::attn_block(int64_t li, const float* attn, int64_t n, float* x) {
 }
 
 void DenseFfn::run(Forward& f, int64_t li, const float* h, int64_t n, float* out) {
+  require_ffn_weights(f.model(), li);
   const ModelConfig& c = f.config();
   const LayerWeights& w = f.model().weights().layers[static_cast<size_t>(li)];
   Workspace& ws = f.workspace();
@@ -354,6 +365,7 @@ void DenseFfn::run(Forward& f, int64_t li, const float* h, int64_t n, float* out
 
 void Forward::ffn_block(int64_t li, int64_t n, float* x) {
   const profile::Scope prof(profile::Stage::Ffn);
+  model_->require_layer(li, "the FFN block");
   const int64_t H = config().hidden;
   float* h = G::grow(ws_.h, static_cast<size_t>(n * H));
   norm(NormSite::Ffn, li, x, n, h);
@@ -411,10 +423,23 @@ void Forward::forward(const int32_t* tokens, int64_t n, KvCache& cache, float* x
   const ModelConfig& c = config();
   for (int64_t off = 0; off < n; off += chunk_) {
     const int64_t m = std::min(chunk_, n - off);
-    const int64_t pos0 = cache.n_past();
     float* xc = x + off * c.hidden;
     embed(tokens + off, m, xc);
-    for (int64_t li = 0; li < c.n_layers; ++li) {
+    run_layers(0, c.n_layers, xc, m, cache);
+  }
+}
+
+void Forward::run_layers(int64_t begin, int64_t end, float* x, int64_t n, KvCache& cache) {
+  const ModelConfig& c = config();
+  if (begin < 0 || begin >= end || end > c.n_layers || cache.n_layers() != c.n_layers)
+    throw Error(ErrorKind::InvalidArgument, "run_layers: layers [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                                ") of a model of " + std::to_string(c.n_layers) + " layers");
+  for (int64_t li = begin; li < end; ++li) model_->require_layer(li, "run_layers");
+  for (int64_t off = 0; off < n; off += chunk_) {
+    const int64_t m = std::min(chunk_, n - off);
+    const int64_t pos0 = cache.layer(begin).end_pos();
+    float* xc = x + off * c.hidden;
+    for (int64_t li = begin; li < end; ++li) {
       if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed))
         throw Error(ErrorKind::Cancelled, "forward: cancelled before layer " + std::to_string(li) + " at position " +
                                               std::to_string(pos0));
@@ -423,8 +448,16 @@ void Forward::forward(const int32_t* tokens, int64_t n, KvCache& cache, float* x
   }
 }
 
+void Forward::require_attention(int64_t li) const {
+  if (model_->part().attention) return model_->require_layer(li, "attention");
+  throw Error(ErrorKind::InvalidArgument, "attention at layer " + std::to_string(li) +
+                                              " needs the attention weights, but this model part holds " +
+                                              model_->part().describe(config()) + " (" + model_->path() + ")");
+}
+
 void Forward::logits(const float* x, int64_t n, float* logits) {
   const profile::Scope prof(profile::Stage::LmHead);
+  model_->require_embedding("logits");
   const ModelConfig& c = config();
   const ModelWeights& w = model_->weights();
   float* h = G::grow(ws_.h, static_cast<size_t>(n * c.hidden));

@@ -140,6 +140,11 @@ class Forward {
   /// An explicit executor (not null).
   Forward(std::shared_ptr<const Model> model, std::shared_ptr<ThreadPool> pool);
 
+  /// A new Forward over the same model and executor with the same per-layer FFNs (set_ffn) and
+  /// chunk size: its own scratch, no observer, cancel flag or progress callback. How code that
+  /// holds one Forward makes another for a second sequence (a remote FFN carries over).
+  std::shared_ptr<Forward> sibling() const;
+
   const Model& model() const { return *model_; }
   const ModelConfig& config() const { return model_->config(); }
   std::shared_ptr<const Model> model_ptr() const { return model_; }
@@ -202,6 +207,13 @@ class Forward {
   /// cache then holds part of the input and must be cleared or rewound by the caller.
   void forward(const int32_t* tokens, int64_t n, KvCache& cache, float* x);
 
+  /// Residual rows x [n, hidden] at positions cache.layer(begin).end_pos().. through layers
+  /// [begin, end) only, in place (what a shard holding those layers runs; forward() is embed then
+  /// run_layers(0, n_layers)). Chunked and cancellable as forward().
+  /// Errors: Error{InvalidArgument} for a range outside the model or a layer the model part does
+  /// not hold; Error{Cancelled} as forward().
+  void run_layers(int64_t begin, int64_t end, float* x, int64_t n, KvCache& cache);
+
   /// logits [n, vocab] = lm_head · output_norm(x) for x [n, hidden] (with the final softcap
   /// when the model has one).
   void logits(const float* x, int64_t n, float* logits);
@@ -256,6 +268,8 @@ class Forward {
  private:
   /// attn_norm(x) for n rows into ws_.h, and the matmul input set to it.
   void attn_input(int64_t layer, const float* x, int64_t n);
+  /// Error{InvalidArgument} unless the model part holds the layer's attention weights.
+  void require_attention(int64_t layer) const;
   /// k, v [n, kv_dim] from the normed rows in ws_.acts: projections, k-norm, RoPE at pos[t]
   /// (pos0 + t when pos is null). With q set, also q's projection [n, q_dim] (in the same pass
   /// over the pool; q-norm and RoPE are the caller's).

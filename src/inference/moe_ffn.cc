@@ -67,36 +67,59 @@ void route_rows(ThreadPool& pool, const ModelConfig& c, const LayerWeights& w, c
     route_experts(logits.data() + t * E, E, K, c.expert_weights_norm, probs.data(), chosen + t * K, weights + t * K);
 }
 
-void MoeFfn::run(Forward& f, int64_t li, const float* h, int64_t n, float* out) {
+void require_ffn_weights(const Model& m, int64_t li) {
+  if (m.part().ffn) return m.require_layer(li, "the FFN");
+  throw Error(ErrorKind::InvalidArgument, "the FFN of layer " + std::to_string(li) +
+                                              " needs the FFN weights, but this model part holds " +
+                                              m.part().describe(m.config()) + " (" + m.path() +
+                                              "): run it where they are (a remote FFN)");
+}
+
+void moe_route(Forward& f, int64_t li, const float* h, int64_t n, int32_t* chosen, float* weights) {
   const ModelConfig& c = f.config();
   const LayerWeights& w = f.model().weights().layers[static_cast<size_t>(li)];
   Workspace& ws = f.workspace();
-  const int64_t H = c.hidden, E = c.n_experts, K = c.n_experts_used, Fe = c.expert_ffn;
-
-  // Router: logits [n, E], then each row's k experts and weights.
+  const int64_t H = c.hidden, E = c.n_experts, K = c.n_experts_used;
   float* logits = G::grow(ws.moe_logits, static_cast<size_t>(n * E));
   ws.acts.reset(h, n, H);
   compute::matmul(f.pool(), w.router, ws.acts, logits);
-  std::vector<int32_t>& chosen = ws.moe_chosen;
-  chosen.resize(static_cast<size_t>(n * K));
-  float* weights = G::grow(ws.moe_weights, static_cast<size_t>(n * K));
   float* probs = G::grow(ws.moe_probs, static_cast<size_t>(E));
   for (int64_t t = 0; t < n; ++t)
-    route_experts(logits + t * E, E, K, c.expert_weights_norm, probs, chosen.data() + t * K, weights + t * K);
+    route_experts(logits + t * E, E, K, c.expert_weights_norm, probs, chosen + t * K, weights + t * K);
+}
 
+void moe_expert_outputs(Forward& f, int64_t li, const float* h, int64_t n, int64_t k, const int32_t* chosen, float* y,
+                        bool held_only) {
+  const ModelConfig& c = f.config();
+  const ModelPart& part = f.model().part();
+  const LayerWeights& w = f.model().weights().layers[static_cast<size_t>(li)];
+  Workspace& ws = f.workspace();
+  const int64_t H = c.hidden, E = c.n_experts, Fe = c.expert_ffn;
   // Tokens grouped by expert: each expert runs once over the rows that chose it (a decode batch
   // of many sequences reads each chosen expert's weights once). Row results do not depend on the
   // group (the kernels are row-independent), so batching changes no bit.
-  float* y = G::grow(ws.moe_out, static_cast<size_t>(n * K * H));  // [n, K, hidden]
   std::vector<int64_t>& slots = ws.moe_slots;
+  for (int64_t s = 0; s < n * k; ++s)
+    if (chosen[s] < 0 || chosen[s] >= E)
+      throw Error(ErrorKind::InvalidArgument, "layer " + std::to_string(li) + ": expert " + std::to_string(chosen[s]) +
+                                                  " is not one of the model's " + std::to_string(E));
   for (int64_t e = 0; e < E; ++e) {
     slots.clear();
-    for (int64_t s = 0; s < n * K; ++s)
-      if (chosen[static_cast<size_t>(s)] == e) slots.push_back(s);
+    for (int64_t s = 0; s < n * k; ++s)
+      if (chosen[s] == e) slots.push_back(s);
     const int64_t m = static_cast<int64_t>(slots.size());
     if (m == 0) continue;
+    if (!part.has_expert(e)) {
+      if (held_only) {
+        for (int64_t i = 0; i < m; ++i) std::fill_n(y + slots[static_cast<size_t>(i)] * H, H, 0.0f);
+        continue;
+      }
+      throw Error(ErrorKind::InvalidArgument, "layer " + std::to_string(li) + " routes to expert " + std::to_string(e) +
+                                                  ", but this model part holds " + part.describe(c) +
+                                                  ": run the experts where they are (remote experts)");
+    }
     float* x = G::grow(ws.moe_rows, static_cast<size_t>(m * H));
-    for (int64_t i = 0; i < m; ++i) std::copy_n(h + (slots[static_cast<size_t>(i)] / K) * H, H, x + i * H);
+    for (int64_t i = 0; i < m; ++i) std::copy_n(h + (slots[static_cast<size_t>(i)] / k) * H, H, x + i * H);
     float* gate = G::grow(ws.gate, static_cast<size_t>(m * Fe));
     float* up = G::grow(ws.up, static_cast<size_t>(m * Fe));
     float* ye = G::grow(ws.moe_expert_out, static_cast<size_t>(m * H));
@@ -104,6 +127,13 @@ void MoeFfn::run(Forward& f, int64_t li, const float* h, int64_t n, float* out) 
     expert_ffn(f, w.exp_gate[ei], w.exp_up[ei], w.exp_down[ei], x, m, Fe, gate, up, ye);
     for (int64_t i = 0; i < m; ++i) std::copy_n(ye + i * H, H, y + slots[static_cast<size_t>(i)] * H);
   }
+}
+
+void moe_combine(Forward& f, int64_t li, const float* h, int64_t n, const float* weights, const float* y, float* out) {
+  const ModelConfig& c = f.config();
+  const LayerWeights& w = f.model().weights().layers[static_cast<size_t>(li)];
+  Workspace& ws = f.workspace();
+  const int64_t H = c.hidden, K = c.n_experts_used;
   // Each row: its experts' outputs weighted, summed in the order chosen.
   for (int64_t t = 0; t < n; ++t) {
     float* o = out + t * H;
@@ -121,6 +151,20 @@ void MoeFfn::run(Forward& f, int64_t li, const float* h, int64_t n, float* out) 
       compute::axpy(1.0f / (1.0f + std::exp(-g)), s + t * H, out + t * H, H);
     }
   }
+}
+
+void MoeFfn::run(Forward& f, int64_t li, const float* h, int64_t n, float* out) {
+  require_ffn_weights(f.model(), li);
+  const ModelConfig& c = f.config();
+  Workspace& ws = f.workspace();
+  const int64_t H = c.hidden, K = c.n_experts_used;
+  std::vector<int32_t>& chosen = ws.moe_chosen;
+  chosen.resize(static_cast<size_t>(n * K));
+  float* weights = G::grow(ws.moe_weights, static_cast<size_t>(n * K));
+  moe_route(f, li, h, n, chosen.data(), weights);
+  float* y = G::grow(ws.moe_out, static_cast<size_t>(n * K * H));  // [n, K, hidden]
+  moe_expert_outputs(f, li, h, n, K, chosen.data(), y, /*held_only=*/false);
+  moe_combine(f, li, h, n, weights, y, out);
 }
 
 }  // namespace larql

@@ -84,12 +84,13 @@ std::string vindex_not_runnable_reason(const std::string& dir, const vindex::Vin
          verb + " needs level inference \u2014 re-extract with --level inference";
 }
 
-std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir) {
+std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir, bool partial) {
   auto s = std::make_shared<VindexSource>();
   s->dir_ = dir;
   s->index_ = vindex::read_index(dir);
   const vindex::VindexIndex& x = s->index_;
-  if (const std::string why = vindex_not_runnable_reason(dir, x); !why.empty()) throw Error(ErrorKind::Unsupported, why);
+  if (const std::string why = vindex_not_runnable_reason(dir, x); !why.empty() && !(partial && x.has_model_weights))
+    throw Error(ErrorKind::Unsupported, why);
   if (x.quant != "keep" && x.quant != "none" && x.quant != "q4k")
     throw Error(ErrorKind::Unsupported, dir + ": quant \"" + x.quant + "\" is not one this build runs (keep, none, q4k)");
   s->config_ = config_from_json(x.model_config_json, (fs::path(dir) / "index.json").string());

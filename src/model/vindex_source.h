@@ -39,7 +39,10 @@ class VindexSource final : public WeightSource {
   /// unknown dtype, a length that does not match the shape, a file outside the directory or not
   /// checksummed, bytes past the end of a file, a role given twice), Unsupported (a vindex
   /// without model weights, e.g. browse level, or with quant other than keep, none or q4k).
-  static std::shared_ptr<VindexSource> open(const std::string& dir);
+  /// `partial`: a slice holding only some weights (a shard's part, ModelPart) opens whatever its
+  /// level, as long as it holds some model weights; Model::load then names any tensor its part
+  /// needs and the slice lacks.
+  static std::shared_ptr<VindexSource> open(const std::string& dir, bool partial = false);
 
   const std::string& path() const override { return dir_; }
   std::string format() const override;
