@@ -31,9 +31,10 @@ LAYERS = {
     "boundary": ["util"],
     "kv": ["inference", "boundary", "tokenizer"],
     "accuracy": ["kv"],
-    "api": ["kv", "lql"],
+    "shard": ["inference"],
+    "api": ["kv", "lql", "shard"],
     "server": ["api", "kv", "lql"],
-    "cli": ["api", "kv", "accuracy", "extract", "lql", "server"],
+    "cli": ["api", "kv", "accuracy", "extract", "lql", "server", "shard"],
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')

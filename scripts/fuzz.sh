@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the GGUF and safetensors readers, the vindex metadata readers, the engine state-file readers, the LQL parser, larql serve's request path and the model readers (config.json, tokenizer.json, a GGUF loaded as a model) with libFuzzer (+ASan/UBSan).
+# Fuzz the GGUF and safetensors readers, the vindex metadata readers, the engine state-file readers, the LQL parser, larql serve's request path and the model readers (config.json, tokenizer.json, a GGUF loaded as a model) and the shard's gRPC requests with libFuzzer (+ASan/UBSan).
 # Usage: scripts/fuzz.sh [BUILD_DIR=build-fuzz] [SECONDS=60]   (SECONDS per target)
 # Configures BUILD_DIR with clang (RelWithDebInfo, LARQL_FUZZ=ON, LARQL_BUILD_TESTS=OFF) if it is
 # not configured yet, builds the targets, seeds the git-ignored fuzz/corpus-work/ (the committed
@@ -27,10 +27,10 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     -DCMAKE_CXX_COMPILER="$CXX_BIN" \
     -DLARQL_FUZZ=ON -DLARQL_BUILD_TESTS=OFF
 fi
-cmake --build "$BUILD_DIR" --target gguf_fuzz safetensors_fuzz vindex_fuzz state_fuzz lql_fuzz serve_fuzz model_fuzz -j "$JOBS"
+cmake --build "$BUILD_DIR" --target gguf_fuzz safetensors_fuzz vindex_fuzz state_fuzz lql_fuzz serve_fuzz model_fuzz shard_fuzz -j "$JOBS"
 
 WORK="$ROOT/fuzz/corpus-work"
-mkdir -p "$WORK/gguf" "$WORK/safetensors" "$WORK/vindex" "$WORK/state" "$WORK/lql" "$WORK/serve" "$WORK/model" "$WORK/artifacts"
+mkdir -p "$WORK/gguf" "$WORK/safetensors" "$WORK/vindex" "$WORK/state" "$WORK/lql" "$WORK/serve" "$WORK/model" "$WORK/shard" "$WORK/artifacts"
 cp -n "$ROOT"/fuzz/corpus/gguf/* "$WORK/gguf/" 2>/dev/null || true
 cp -n "$ROOT"/fuzz/corpus/safetensors/* "$WORK/safetensors/" 2>/dev/null || true
 cp -n "$ROOT"/fuzz/corpus/vindex/* "$WORK/vindex/" 2>/dev/null || true
@@ -78,3 +78,4 @@ run_target state_fuzz "$WORK/state" 262144
 run_target lql_fuzz "$WORK/lql" 4096 1
 run_target serve_fuzz "$WORK/serve" 16384 10 -detect_leaks=0  # see fuzz/serve_fuzz.cc
 run_target model_fuzz "$WORK/model" 200000
+run_target shard_fuzz "$WORK/shard" 8192

@@ -13,7 +13,8 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # 1. Debian packages the build and tests need (see README: "Dependencies").
 PKGS=(build-essential cmake ninja-build pkg-config python3-venv python3-dev
       libgtest-dev nlohmann-json3-dev libcli11-dev libxxhash-dev libssl-dev libicu-dev clang libclang-rt-14-dev
-      libbenchmark-dev libedit-dev libboost-dev curl chromium)
+      libbenchmark-dev libedit-dev libboost-dev curl chromium
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

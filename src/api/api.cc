@@ -29,8 +29,24 @@ std::shared_ptr<LoadedModel> LoadedModel::open(const std::string& path, const Op
   std::error_code ec;
   if (path.empty()) throw Error(ErrorKind::InvalidArgument, "no model path given");
   if (!fs::exists(path, ec)) throw Error(ErrorKind::NotFound, "model " + path + " not found: no such file or directory");
-  check_model_dir(path, opt.verb);
-  return wrap(Model::load(path), opt.threads);
+  if (opt.ffn.empty()) {
+    check_model_dir(path, opt.verb);
+    return wrap(Model::load(path), opt.threads);
+  }
+  const std::string addrs = shard::remote_ffn_addresses(opt.ffn);
+  if (addrs.empty())
+    throw Error(ErrorKind::InvalidArgument, "FFN \"" + opt.ffn + "\": expected remote:HOST:PORT[,HOST:PORT...]");
+  ModelPart part;
+  part.ffn = false;
+  std::shared_ptr<const Model> local = Model::load(path, part);
+  if (local->config().n_experts > 0) {  // the router and the shared expert run here: no routed expert
+    ModelPart moe;
+    moe.expert_begin = moe.expert_end = 0;
+    local = Model::load(path, moe);
+  }
+  auto m = wrap(std::move(local), opt.threads);
+  m->ffn_shards_ = shard::connect_ffn_shards(*m->model_, addrs, opt.shard_tls, opt.shard_timeout);
+  return m;
 }
 
 std::shared_ptr<LoadedModel> LoadedModel::wrap(std::shared_ptr<const Model> model, int threads) {
@@ -46,7 +62,11 @@ std::shared_ptr<LoadedModel> LoadedModel::wrap(std::shared_ptr<const Model> mode
   return m;
 }
 
-std::shared_ptr<Forward> LoadedModel::forward() const { return std::make_shared<Forward>(model_, pool_); }
+std::shared_ptr<Forward> LoadedModel::forward() const {
+  auto f = std::make_shared<Forward>(model_, pool_);
+  if (!ffn_shards_.empty()) shard::attach_remote_ffn(*f, ffn_shards_);
+  return f;
+}
 
 std::vector<int32_t> LoadedModel::tokenize(std::string_view text, bool add_bos, bool parse_special) const {
   return tok_->encode(std::string(text), add_bos && tok_->add_bos(), parse_special);
@@ -75,7 +95,8 @@ void LoadedModel::logit_rows(const std::vector<int32_t>& ids,
   check_ids(ids);
   const ModelConfig& c = model_->config();
   const int64_t n = static_cast<int64_t>(ids.size());
-  Forward fwd(model_, pool_);
+  const auto fp = forward();  // the FFNs this model runs (a remote one included)
+  Forward& fwd = *fp;
   fwd.set_observer(observer);
   fwd.set_cancel(cancel);
   KvCache cache(c);

@@ -20,6 +20,7 @@
 #include "kv/session.h"
 #include "lql/session.h"
 #include "model/model.h"
+#include "shard/shard.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
 
@@ -31,6 +32,12 @@ struct OpenOptions {
   /// The verb errors name ("run", "perplexity", "larql.Model"): a vindex that cannot run a
   /// model says which verb needs level inference.
   std::string verb = "run";
+  /// Where the FFN runs: "" here; "remote:HOST:PORT[,HOST:PORT...]" on shards (docs/sharding.md)
+  /// that together hold every layer's FFN of the same model file: the FFN weights are then not
+  /// read here, and every forward() runs each layer's FFN on its shard (shard::RemoteFfn).
+  std::string ffn;
+  shard::ClientTls shard_tls;                          ///< TLS to the shards (empty CA: plaintext)
+  std::chrono::milliseconds shard_timeout{30000};      ///< the deadline of each shard call
 };
 
 /// A model opened for running: its weights (memory-mapped, read-only), its tokenizer and a thread
@@ -44,6 +51,8 @@ class LoadedModel {
   /// a directory that is neither a vindex nor a Hugging Face model; Error{Unsupported} for a vindex
   /// below level inference (naming its level, what it holds and opt.verb) or an architecture this
   /// build does not run; Model::load's Format errors naming the tensor or key.
+  /// With opt.ffn remote: connect_ffn_shards's errors too (a shard of another model, a layer no
+  /// shard holds, a shard that does not answer).
   static std::shared_ptr<LoadedModel> open(const std::string& path, const OpenOptions& opt = {});
   /// A model already loaded (an LQL session's, a test's), with a pool of `threads`.
   static std::shared_ptr<LoadedModel> wrap(std::shared_ptr<const Model> model, int threads);
@@ -60,8 +69,10 @@ class LoadedModel {
   int threads() const { return pool_->size(); }
 
   /// A forward pass of its own (its own Workspace) over the weights and the pool: one per thread
-  /// of use.
+  /// of use. Its FFNs are the shards' when the model was opened with a remote FFN.
   std::shared_ptr<Forward> forward() const;
+  /// The shards running the FFN, one per layer (empty: the FFN runs here).
+  const shard::ShardMap& ffn_shards() const { return ffn_shards_; }
 
   /// Token ids of `text`: BOS first when `add_bos` and the vocabulary wants one; special-token
   /// text ("<start_of_turn>") parsed to its id when `parse_special`.
@@ -94,6 +105,7 @@ class LoadedModel {
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tok_;
   std::shared_ptr<ThreadPool> pool_;
+  shard::ShardMap ffn_shards_;
 };
 
 /// For a directory: nothing when it is a Hugging Face model or a vindex that can run `verb`;

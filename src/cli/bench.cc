@@ -27,6 +27,7 @@ namespace larql::cli {
 namespace {
 
 struct BenchArgs {
+  FfnArgs ffn;
   std::string model, engines;
   int64_t prompt_tokens = 512, decode_tokens = 128;
   int threads = 0;
@@ -93,7 +94,7 @@ std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
 // lm_head and greedy tokens. Aggregate tok/s = N / median step time (step + logits + argmax).
 void run_batch(const BenchArgs& a) {
   const std::vector<int64_t>& sizes = a.batch;
-  Loaded l = load(a.model, a.threads, "bench");
+  Loaded l = load(a.model, a.threads, "bench", &a.ffn);
   const ModelConfig& c = l.model->config();
   if (a.prompt_tokens + a.decode_tokens > c.context_length)
     throw Error(ErrorKind::ContextOverflow, "--prompt-tokens + --decode-tokens exceed the context of " +
@@ -156,7 +157,7 @@ void run(const BenchArgs& a) {
   if (a.prompt_tokens < 1 || a.decode_tokens < 1)
     throw Error(ErrorKind::InvalidArgument, "--prompt-tokens and --decode-tokens must be >= 1");
   const std::vector<EngineSpec> specs = parse_cli_engine_list(a.engines);  // fail before loading
-  Loaded l = load(a.model, a.threads, "bench");
+  Loaded l = load(a.model, a.threads, "bench", &a.ffn);
   const ModelConfig& c = l.model->config();
   if (a.prompt_tokens + a.decode_tokens > c.context_length)
     throw Error(ErrorKind::ContextOverflow, "--prompt-tokens + --decode-tokens exceed the context of " +
@@ -335,6 +336,7 @@ void register_bench(CLI::App& app) {
   add_int_flag(s, "--prompt-tokens", a->prompt_tokens, 1, INT32_MAX, "prompt length for prefill,");
   add_int_flag(s, "--decode-tokens", a->decode_tokens, 1, INT32_MAX, "tokens to decode,");
   add_threads_flag(s, a->threads);
+  add_ffn_flags(s, a->ffn);
   s->add_flag("--json", a->json, "one JSON object");
   s->add_flag("--roofline", a->roofline,
               "also measure read bandwidth and the int8 peak with these threads; print decode as a fraction of "

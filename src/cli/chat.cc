@@ -18,6 +18,7 @@ namespace larql::cli {
 namespace {
 
 struct ChatArgs {
+  FfnArgs ffn;
   std::string model, engine, system;
   int64_t n = 512;
   int threads = 0;
@@ -41,7 +42,7 @@ extern "C" void on_sigint(int) {
 void run(ChatArgs& a) {
   const EngineSpec spec = parse_cli_engine_spec(a.engine);
   resolve_seed(a.sampler, a.seed_set);
-  Loaded l = load(a.model, a.threads, "chat");
+  Loaded l = load(a.model, a.threads, "chat", &a.ffn);
   Session session(l.forward, l.handle->tokenizer_ptr(), spec, SessionOptions{});
   if (!session.engine().info().note.empty()) std::fprintf(stderr, "note: %s\n", session.engine().info().note.c_str());
   std::vector<ChatMessage> history;
@@ -109,6 +110,7 @@ void register_chat(CLI::App& app) {
   add_engine_flag(s, a->engine);
   s->add_option("--system", a->system, "system prompt");
   add_threads_flag(s, a->threads);
+  add_ffn_flags(s, a->ffn);
   s->callback([a] { run(*a); });
 }
 

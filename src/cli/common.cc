@@ -55,13 +55,19 @@ std::string resolve_model(const std::string& name) {
                                                       : " (available: " + avail + ")"));
 }
 
-Loaded load(const std::string& model, int threads, const std::string& verb) {
+Loaded load(const std::string& model, int threads, const std::string& verb, const FfnArgs* ffn) {
   const std::string path = resolve_model(model);
   const unsigned cores = std::thread::hardware_concurrency();
   if (threads > 0 && cores > 0 && static_cast<unsigned>(threads) > cores)
     std::fprintf(stderr, "warning: --threads %d is more than this machine's %u cores; it runs many times slower\n", threads,
                  cores);
-  auto handle = api::LoadedModel::open(path, api::OpenOptions{threads, verb});
+  api::OpenOptions opt{threads, verb};
+  if (ffn != nullptr && !ffn->ffn.empty()) {
+    opt.ffn = ffn->ffn;
+    opt.shard_tls = shard::ClientTls{ffn->ca, ffn->cert, ffn->key, ffn->server_name};
+    opt.shard_timeout = std::chrono::milliseconds(ffn->timeout_ms);
+  }
+  auto handle = api::LoadedModel::open(path, opt);
   register_input(path, "the model");
   return Loaded{handle, handle->model_ptr(), handle->forward(), handle->tokenizer()};
 }
@@ -174,6 +180,19 @@ void add_sampler_flags(CLI::App* app, SamplerParams& p, bool& seed_set) {
          },
          "random seed (same seed, same text) [0, 18,446,744,073,709,551,615] (default: random)")
       ->type_name("INT");
+}
+
+void add_ffn_flags(CLI::App* app, FfnArgs& a) {
+  app->add_option("--ffn", a.ffn,
+                  "run the FFN on shards: remote:HOST:PORT[,HOST:PORT...] (`larql serve MODEL --layers A-B "
+                  "--grpc-port P` on the same model file; docs/sharding.md)");
+  app->add_option("--shard-ca", a.ca, "PEM CA that signed the shards' certificates (TLS; default: plaintext)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--shard-cert", a.cert, "PEM client certificate for shards that require one (mTLS)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--shard-key", a.key, "PEM key of --shard-cert")->check(CLI::ExistingFile);
+  app->add_option("--shard-tls-name", a.server_name, "the name the shards' certificates carry, when not the host dialled");
+  add_int_flag(app, "--shard-timeout-ms", a.timeout_ms, 1, 3600000, "deadline of each shard call")->default_str("30000");
 }
 
 void add_threads_flag(CLI::App* app, int& threads) {

@@ -43,7 +43,18 @@ struct Loaded {
 /// cores), warning when that is more than the cores. A vindex that cannot run a model (level
 /// browse or attention) is Error{Unsupported} naming its level, what it holds and that `verb`
 /// needs level inference.
-Loaded load(const std::string& model, int threads, const std::string& verb = "run");
+/// Where the FFN runs (docs/sharding.md): `--ffn remote:HOST:PORT[,...]` and the shards' TLS.
+struct FfnArgs {
+  std::string ffn;                            ///< "" (here) or remote:HOST:PORT[,HOST:PORT...]
+  std::string ca, cert, key, server_name;     ///< --shard-ca, --shard-cert, --shard-key, --shard-tls-name
+  int64_t timeout_ms = 30000;                 ///< --shard-timeout-ms
+};
+/// Adds --ffn, --shard-ca, --shard-cert, --shard-key, --shard-tls-name, --shard-timeout-ms.
+void add_ffn_flags(CLI::App* app, FfnArgs& a);
+
+/// With `ffn` set to a remote FFN, the model is opened without its FFN weights and runs each
+/// layer's FFN on its shard (api::OpenOptions::ffn).
+Loaded load(const std::string& model, int threads, const std::string& verb = "run", const FfnArgs* ffn = nullptr);
 
 /// The conversation in the model's own chat format (chat_format_of: the vocabulary's
 /// tokenizer.chat_template, else its turn-marker tokens). Error{Unsupported} naming the formats larql applies when the model

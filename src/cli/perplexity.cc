@@ -23,6 +23,7 @@ namespace larql::cli {
 namespace {
 
 struct PplArgs {
+  FfnArgs ffn;
   std::string model, file, logits_out, engine, residuals_out, layers;
   int64_t max_tokens = 0;
   uint64_t max_input_bytes = kDefaultMaxInputBytes;
@@ -156,7 +157,7 @@ void run(const PplArgs& a) {
   std::unique_ptr<EngineSpec> spec;
   if (!a.engine.empty()) spec = std::make_unique<EngineSpec>(parse_cli_engine_spec(a.engine));  // fail before loading
   const std::string text = read_text_file(a.file, "the text file", a.max_input_bytes);
-  Loaded l = load(a.model, a.threads, "perplexity");
+  Loaded l = load(a.model, a.threads, "perplexity", &a.ffn);
   const ModelConfig& c = l.model->config();
   auto ids = l.tokenizer.encode(text, l.tokenizer.add_bos(), /*parse_special=*/false);
   if (a.max_tokens > 0 && static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(static_cast<size_t>(a.max_tokens));
@@ -214,6 +215,7 @@ void register_perplexity(CLI::App& app) {
   s->add_option("--engine", a->engine,
                 "score teacher-forced through this engine spec, token by token from BOS (see `larql engines`)");
   add_threads_flag(s, a->threads);
+  add_ffn_flags(s, a->ffn);
   s->add_flag("--json", a->json, "print {tokens, ids, nll_mean, perplexity} as JSON (with --engine also engine, kv_bytes_per_token, kv_fixed_bytes)");
   s->callback([a] { run(*a); });
 }

@@ -20,6 +20,7 @@ namespace {
 constexpr size_t kPrefillBarTokens = 1024;
 
 struct RunArgs {
+  FfnArgs ffn;
   std::string model, prompt, engine, prompt_file, save_state, resume;
   int64_t n = 128;
   int threads = 0;
@@ -72,7 +73,7 @@ void run(RunArgs& a) {
   for (const auto& s : a.stop)
     if (s.empty()) throw Error(ErrorKind::InvalidArgument, "--stop needs a non-empty string");
   const std::string user_prompt = prompt;
-  Loaded l = load(a.model, a.threads, "run");
+  Loaded l = load(a.model, a.threads, "run", &a.ffn);
   const int64_t model_ctx = l.model->config().context_length;
   if (a.ctx_size > model_ctx)
     throw Error(ErrorKind::Usage, "--ctx-size must be an integer in " + int_range_text(1, model_ctx) +
@@ -164,6 +165,7 @@ void register_run(CLI::App& app) {
       ->type_name("INT");
   s->add_flag("--ignore-eos", a->ignore_eos, "do not stop at end-of-generation tokens (<eos>, <end_of_turn>, </s>)");
   add_threads_flag(s, a->threads);
+  add_ffn_flags(s, a->ffn);
   s->add_option_function<std::string>(
        "-c,--ctx-size",
        [a](const std::string& v) {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/common.h"
+#include "cli/serve_shard.h"
 #include "server/http.h"
 #include "server/lql_routes.h"
 #include "server/routes.h"
@@ -20,6 +21,8 @@ namespace larql::cli {
 namespace {
 
 struct ServeArgs {
+  FfnArgs ffn;
+  ShardServeArgs shard;
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -57,6 +60,12 @@ std::string trim_line(std::string s) {
 }
 
 void serve(ServeArgs& a) {
+  if (a.shard.grpc_port >= 0) {
+    if (!a.ffn.ffn.empty()) throw Error(ErrorKind::Usage, "a shard runs its own FFN: --ffn and --grpc-port do not go together");
+    return serve_shard(a.model, a.threads, a.shard);
+  }
+  if (!a.shard.layers.empty() || !a.shard.experts.empty())
+    throw Error(ErrorKind::Usage, "--layers and --experts serve a part of the model to other processes: give --grpc-port too");
   const EngineSpec spec = parse_cli_engine_spec(a.engine);
   std::string key = a.api_key;
   if (!a.api_key_file.empty()) {
@@ -72,14 +81,14 @@ void serve(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  Loaded l = load(a.model, a.threads, "serve");
+  Loaded l = load(a.model, a.threads, "serve", &a.ffn);
   const int64_t model_ctx = l.model->config().context_length;
   if (a.ctx_size > model_ctx)
     throw Error(ErrorKind::Usage, "--ctx-size must be at most this model's context, " + std::to_string(model_ctx));
   // Warm-up: one token through the model touches every weight page before the first client.
   {
     std::vector<float> x(static_cast<size_t>(l.model->config().hidden));
-    auto eng = make_engine(spec, std::make_shared<Forward>(l.model, l.forward->pool_ptr()));
+    auto eng = make_engine(spec, l.forward->sibling());
     const auto h = eng->prefill({l.tokenizer.bos_id() >= 0 ? l.tokenizer.bos_id() : 0});
     std::vector<float> logits(static_cast<size_t>(l.model->config().vocab));
     l.forward->logits(h.data(), 1, logits.data());
@@ -149,6 +158,7 @@ void serve(ServeArgs& a) {
   std::unique_ptr<server::HttpServer> http;
   std::unique_ptr<server::Api> api;
   http = std::make_unique<server::HttpServer>(ho, [&api](const server::Request& q, server::Responder& r) { (*api)(q, r); });
+  ao.shards = l.handle->ffn_shards();
   api = std::make_unique<server::Api>(l.forward, l.tokenizer, sched, http.get(), ao);
 
   std::thread waiter([&] {
@@ -186,6 +196,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--host", a->host, "address to listen on (default 127.0.0.1: this machine only)");
   add_int_flag(cmd, "--port", a->port, 0, 65535, "TCP port (0: any free one, printed at start; default 8080)");
   add_threads_flag(cmd, a->threads);
+  add_ffn_flags(cmd, a->ffn);
+  add_shard_serve_flags(cmd, a->shard);
   add_engine_flag(cmd, a->engine);
   // An empty key (`--api-key "$UNSET"`) would turn authentication off: refused, as an empty key file is.
   cmd->add_option("--api-key", a->api_key, "require this key (Authorization: Bearer KEY) on every route but /health")

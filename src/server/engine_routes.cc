@@ -18,7 +18,7 @@ EngineFootprint measure_engine(const Forward& runner, const std::string& spec_te
   if (tokens < 1 || tokens >= c.context_length)
     throw Error(ErrorKind::InvalidArgument, "tokens: must be in [1, " + std::to_string(c.context_length - 1) + "], got " +
                                                 std::to_string(tokens));
-  auto fwd = std::make_shared<Forward>(runner.model_ptr(), runner.pool_ptr());
+  auto fwd = runner.sibling();
   auto engine = make_engine(spec, fwd);
   // BOS, then ordinary ids cycling over a band well inside every vocabulary (the content does
   // not change how much state an engine keeps per token).

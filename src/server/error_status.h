@@ -2,7 +2,7 @@
 // (docs/server.md, "Routes" and "LQL over HTTP"): the request is at fault — 400 (a bad value), 404 (a
 // thing that does not exist), 422 (well-formed but not something this build or this vindex can
 // do, or a malformed file it names) — or the server is: 503 (the work was cancelled, e.g. a
-// drain), 500 (anything else).
+// drain, or what it needs is unavailable, e.g. a shard), 500 (anything else).
 #pragma once
 
 #include "util/error.h"
@@ -23,6 +23,7 @@ inline int http_status_of(ErrorKind k) {
     case ErrorKind::RetrievalMiss:
       return 422;
     case ErrorKind::Cancelled:
+    case ErrorKind::BackendUnavailable:  // e.g. a shard of a split model that does not answer
       return 503;
     default:
       return 500;

@@ -1,5 +1,6 @@
 #include "server/routes.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -208,7 +209,36 @@ void Api::operator()(const Request& req, Responder& r) {
   try {
     if (req.path == "/health") {
       if (req.method != "GET") bad("", "use GET for /health", 405);
-      r.send(200, "application/json", dump(json{{"status", "ok"}}));
+      if (opt_.shards.empty()) {
+        r.send(200, "application/json", dump(json{{"status", "ok"}}));
+      } else {
+        // Each layer range's replicas, asked once (their health services, 2 s each at most).
+        json ranges = json::array();
+        bool all = true, any_down = false;
+        std::vector<const shard::ShardClient*> seen;
+        for (const auto& parts : opt_.shards)
+          for (const auto& reps : parts) {
+          if (reps.empty() || std::find(seen.begin(), seen.end(), reps[0].get()) != seen.end()) continue;
+          seen.push_back(reps[0].get());
+          json rs = json::array();
+          bool some = false;
+          for (const auto& c : reps) {
+            const bool up = c->healthy(std::chrono::milliseconds(2000));
+            some = some || up;
+            any_down = any_down || !up;
+            rs.push_back({{"address", c->info().address}, {"serving", up}});
+          }
+          all = all && some;
+          const auto& i = reps[0]->info();
+          json part = {{"layers", std::to_string(i.layer_begin) + "-" + std::to_string(i.layer_end - 1)},
+                       {"serving", some},
+                       {"replicas", rs}};
+          if (i.n_experts > 0) part["experts"] = std::to_string(i.expert_begin) + "-" + std::to_string(i.expert_end - 1);
+          ranges.push_back(std::move(part));
+          }
+        r.send(all ? 200 : 503, "application/json",
+               dump(json{{"status", !all ? "down" : any_down ? "degraded" : "ok"}, {"shards", ranges}}));
+      }
     } else if (req.path == "/metrics") {
       if (req.method != "GET") bad("", "use GET for /metrics", 405);
       metrics(r);
@@ -600,7 +630,8 @@ void Api::embeddings(const Request& req, Responder& r) {
   int64_t tokens = 0;
   // Each input through the forward pass on its own Forward (the runner belongs to the scheduler;
   // dispatch to the shared pool is serialised, so this interleaves with the decode steps).
-  Forward f(runner_->model_ptr(), runner_->pool_ptr());
+  const auto fp = runner_->sibling();
+  Forward& f = *fp;
   const auto& w = runner_->model().weights();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& ids = inputs[i];

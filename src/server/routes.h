@@ -11,6 +11,7 @@
 
 #include "inference/forward.h"
 #include "kv/registry.h"
+#include "shard/shard.h"
 #include "server/engine_routes.h"
 #include "server/histogram.h"
 #include "server/http.h"
@@ -32,6 +33,9 @@ struct ApiOptions {
   /// LQL over HTTP (server/lql_routes.h): /v1/lql and the browse routes; nullptr: none.
   std::shared_ptr<LqlApi> lql;
   std::shared_ptr<SessionStore> sessions;  ///< saved sessions ("session" in a request; /v1/sessions)
+  /// The shards running the FFN (docs/sharding.md), one replica set per layer; empty: none. /health
+  /// then asks each shard's health service and answers 503 when a layer range has none serving.
+  shard::ShardMap shards;
 };
 
 class Api {

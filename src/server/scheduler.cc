@@ -139,7 +139,7 @@ void Scheduler::admit(const std::shared_ptr<Job>& job, std::vector<std::unique_p
       SamplerParams sp = p.sampler;
       sp.seed += static_cast<uint64_t>(c);
       auto s = std::make_unique<Seq>(job, c, tok_, sp);
-      s->fwd = std::make_shared<Forward>(runner_->model_ptr(), runner_->pool_ptr());
+      s->fwd = runner_->sibling();
       s->engine = make_engine(p.engine, s->fwd);
       s->standard = dynamic_cast<StandardEngine*>(s->engine.get());
       s->history = p.prompt;

@@ -1,0 +1,283 @@
+"""A model split over processes (docs/sharding.md): `larql serve MODEL --layers A-B --grpc-port P`
+shards and `--ffn remote:...` clients, on loopback.
+
+The reference for every output is the same binary run in one process on the same file (which
+test_generation.py and test_parity.py hold to llama.cpp): a split run must equal it token for
+token and logit for logit (the shards run the same kernels on the same rows). Faults: a shard
+killed mid-generation ends the run with an error naming it (no hang), a shard of another model
+file is refused, a slow shard is cut off at the deadline, a shard requiring client certificates
+refuses a client without one.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import peer
+
+PROMPT = "The capital of France is"
+LAYERS = 18  # Gemma 3 270M
+
+
+class Shard:
+    def __init__(self, larql_bin: Path, model: Path, *flags: str, port: int = 0):
+        self.proc = subprocess.Popen(
+            [str(larql_bin), "serve", str(model), "--grpc-port", str(port), "-t", "1", *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        m = re.match(r"listening on grpc://(\S+)", line)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"shard did not start: {line!r} {self.proc.stderr.read()}")
+        self.address = m.group(1)
+        self.port = int(self.address.rsplit(":", 1)[1])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def remote(*shards: Shard) -> str:
+    return "remote:" + ",".join(s.address for s in shards)
+
+
+@pytest.fixture(scope="module")
+def two(larql_bin, model_path):
+    shards = [Shard(larql_bin, model_path, "--layers", "0-8"), Shard(larql_bin, model_path, "--layers", "9-17")]
+    yield shards
+    for s in shards:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def three(larql_bin, model_path):
+    shards = [Shard(larql_bin, model_path, "--layers", r) for r in ("0-5", "6-11", "12-17")]
+    yield shards
+    for s in shards:
+        s.stop()
+
+
+def run(model, *args, check=True, timeout=600):
+    return peer.run_larql(["run", str(model), PROMPT, "-n", "24", "--temperature", "0", *map(str, args)],
+                          check=check, timeout=timeout)
+
+
+@pytest.mark.parametrize("split", ["two", "three"])
+@pytest.mark.parametrize("engine", ["standard", "markov-rs"])
+def test_a_layer_split_generates_what_one_process_does(model_path, split, engine, request):
+    shards = request.getfixturevalue(split)
+    alone = run(model_path, "--engine", engine)
+    split_run = run(model_path, "--engine", engine, "--ffn", remote(*shards))
+    assert split_run.stdout == alone.stdout
+    assert len(alone.stdout) > len(PROMPT) + 10
+
+
+def test_a_layer_split_gives_the_same_logits_bit_for_bit(model_path, two, three, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("Paris is the capital of France. Berlin is the capital of Germany. " * 6)
+    outs = {}
+    for name, ffn in (("alone", None), ("two", remote(*two)), ("three", remote(*three))):
+        out = tmp_path / f"{name}.npy"
+        args = ["perplexity", str(model_path), str(text), "--logits-out", str(out)]
+        if ffn:
+            args += ["--ffn", ffn]
+        peer.run_larql(args)
+        outs[name] = np.load(out)
+    assert outs["alone"].shape[0] > 60
+    assert np.array_equal(outs["alone"], outs["two"])
+    assert np.array_equal(outs["alone"], outs["three"])
+
+
+def _complete(url: str, prompt: str) -> str:
+    body = json.dumps({"model": "x", "prompt": prompt, "max_tokens": 12, "temperature": 0}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.load(r)["choices"][0]["text"]
+
+
+def _http_server(larql_bin, model_path, *flags):
+    p = subprocess.Popen([str(larql_bin), "serve", str(model_path), "--port", "0", "-t", "1", *flags],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    m = re.match(r"listening on (http://\S+)", p.stdout.readline())
+    assert m, p.stderr.read()
+    return p, m.group(1)
+
+
+def test_a_server_batching_eight_sequences_over_shards_answers_as_one_process(larql_bin, model_path, two):
+    prompts = [f"Item {i}: the colour of the sky is" if i % 2 else f"Question {i}: two plus two is" for i in range(8)]
+    local, lurl = _http_server(larql_bin, model_path)
+    try:
+        want = [_complete(lurl, p) for p in prompts]  # one at a time, one process
+    finally:
+        local.terminate()
+        local.wait(timeout=30)
+    split, surl = _http_server(larql_bin, model_path, "--ffn", remote(*two), "--slots", "8")
+    try:
+        got = [None] * 8
+
+        def ask(i):
+            got[i] = _complete(surl, prompts[i])
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    finally:
+        split.terminate()
+        split.wait(timeout=30)
+    assert got == want
+
+
+def test_a_shard_killed_mid_generation_ends_the_run_with_an_error(larql_bin, model_path):
+    a, b = Shard(larql_bin, model_path, "--layers", "0-8"), Shard(larql_bin, model_path, "--layers", "9-17")
+    try:
+        p = subprocess.Popen([str(larql_bin), "run", str(model_path), "Count from one to a thousand: one, two,", "-n", "4000",
+                              "--ignore-eos", "-t", "1", "--ffn", remote(a, b), "--shard-timeout-ms", "5000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p.stdout.read(40)  # generation is under way
+        b.proc.kill()
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=30)
+        assert p.returncode != 0
+        assert time.monotonic() - t0 < 10
+        assert b.address in err and "layers 9-17" in err, err
+        # The same port back with another model file: the client refuses it by fingerprint.
+        other = peer.REPO_ROOT / "tests/model/data/families/llama3/llama3-f32.gguf"
+        b2 = Shard(larql_bin, other, port=b.port)
+        try:
+            r = run(model_path, "--ffn", remote(a, b2), check=False)
+            assert r.returncode != 0 and "another model" in r.stderr, r.stderr
+        finally:
+            b2.stop()
+        # And with the right model back, it runs again.
+        b3 = Shard(larql_bin, model_path, "--layers", "9-17", port=b.port)
+        try:
+            assert run(model_path, "--ffn", remote(a, b3)).stdout == run(model_path).stdout
+        finally:
+            b3.stop()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_slow_shard_is_cut_off_at_the_deadline(larql_bin, model_path):
+    s = Shard(larql_bin, model_path, "--debug-delay-ms", "20000")
+    try:
+        t0 = time.monotonic()
+        r = run(model_path, "--ffn", remote(s), "--shard-timeout-ms", "500", check=False)
+        assert r.returncode != 0 and "DEADLINE_EXCEEDED" in r.stderr, r.stderr
+        assert time.monotonic() - t0 < 15
+    finally:
+        s.stop()
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60, cwd=cwd)
+
+
+def _ca(d: Path, name: str):
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem",
+             "-days", "1", "-subj", f"/CN={name}", cwd=d)
+
+
+def _issue(d: Path, ca: str, name: str, san: str):
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}",
+             cwd=d)
+    (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
+             "-out", f"{name}.pem", "-days", "1", "-extfile", f"{name}.ext", cwd=d)
+
+
+def test_mutual_tls_refuses_a_client_without_the_routers_certificate(larql_bin, model_path, tmp_path):
+    _ca(tmp_path, "ca")
+    _ca(tmp_path, "rogue")
+    _issue(tmp_path, "ca", "shard", "IP:127.0.0.1,DNS:localhost")
+    _issue(tmp_path, "ca", "router", "DNS:router")
+    _issue(tmp_path, "rogue", "intruder", "DNS:router")
+    t = lambda f: str(tmp_path / f)  # noqa: E731
+    s = Shard(larql_bin, model_path, "--grpc-cert", t("shard.pem"), "--grpc-key", t("shard.key"),
+              "--grpc-client-ca", t("ca.pem"))
+    try:
+        ok = run(model_path, "--ffn", remote(s), "--shard-ca", t("ca.pem"), "--shard-cert", t("router.pem"),
+                 "--shard-key", t("router.key"))
+        assert ok.stdout == run(model_path).stdout
+        for extra in ([], ["--shard-cert", t("intruder.pem"), "--shard-key", t("intruder.key")]):
+            r = run(model_path, "--ffn", remote(s), "--shard-ca", t("ca.pem"), *extra, "--shard-timeout-ms", "5000",
+                    check=False)
+            assert r.returncode != 0 and "UNAVAILABLE" in r.stderr, r.stderr
+        plain = run(model_path, "--ffn", remote(s), "--shard-timeout-ms", "5000", check=False)
+        assert plain.returncode != 0, plain.stderr
+    finally:
+        s.stop()
+
+
+def test_bad_shard_flags_are_refused(larql_bin, model_path):
+    r = subprocess.run([str(larql_bin), "serve", str(model_path), "--grpc-port", "0", "--grpc-host", "0.0.0.0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "without TLS" in r.stderr, r.stderr
+    r = subprocess.run([str(larql_bin), "serve", str(model_path), "--layers", "0-3"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "--grpc-port" in r.stderr, r.stderr
+    r = subprocess.run([str(larql_bin), "serve", str(model_path), "--grpc-port", "0", "--layers", "3-40"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "18 layers" in r.stderr, r.stderr
+    r = run(model_path, "--ffn", "remote:nohost", check=False)
+    assert r.returncode != 0 and "HOST:PORT" in r.stderr, r.stderr
+
+
+def _health(url: str):
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=30) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def test_a_server_over_shards_reports_a_dead_shard_and_recovers(larql_bin, model_path):
+    a, b = Shard(larql_bin, model_path, "--layers", "0-8"), Shard(larql_bin, model_path, "--layers", "9-17")
+    srv, url = _http_server(larql_bin, model_path, "--ffn", remote(a, b), "--shard-timeout-ms", "5000")
+    try:
+        status, h = _health(url)
+        assert status == 200 and h["status"] == "ok" and [s["layers"] for s in h["shards"]] == ["0-8", "9-17"], h
+        want = _complete(url, PROMPT)
+        b.proc.kill()
+        b.proc.wait()
+        body = json.dumps({"model": "x", "prompt": PROMPT, "max_tokens": 8, "temperature": 0}).encode()
+        req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        t0 = time.monotonic()
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=60)
+        assert time.monotonic() - t0 < 15
+        assert e.value.code == 503
+        assert b.address in e.value.read().decode()
+        status, h = _health(url)
+        assert status == 503 and h["status"] == "down", h
+        assert [r["address"] for s in h["shards"] for r in s["replicas"] if not r["serving"]] == [b.address], h
+        b2 = Shard(larql_bin, model_path, "--layers", "9-17", port=b.port)
+        try:
+            deadline = time.monotonic() + 20
+            while _health(url)[0] != 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _complete(url, PROMPT) == want
+        finally:
+            b2.stop()
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+        a.stop()
+        b.stop()
