@@ -119,6 +119,9 @@ void register_tokenize(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_parity(CLI::App& app);   // where two models, sources or engines diverge
 void register_diag(CLI::App& app);     // per-layer residual norms, non-finite weights and activations
+void register_shannon(CLI::App& app);  // bits per token per engine
+void register_compare(CLI::App& app);  // A/B of two vindexes of one model
+void register_compile(CLI::App& app);  // a vindex as a GGUF or a Hugging Face directory
 void register_bench(CLI::App& app);
 void register_engines(CLI::App& app);
 void register_accuracy(CLI::App& app);

@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
   larql::cli::register_perplexity(app);
   larql::cli::register_parity(app);
   larql::cli::register_diag(app);
+  larql::cli::register_shannon(app);
+  larql::cli::register_compare(app);
   larql::cli::register_bench(app);
   larql::cli::register_engines(app);
   larql::cli::register_accuracy(app);
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   larql::cli::register_extract(app);
   larql::cli::register_slice(app);
   larql::cli::register_export(app);
+  larql::cli::register_compile(app);
   larql::cli::register_cache(app);
   larql::cli::register_lql(app);
   larql::cli::register_serve(app);

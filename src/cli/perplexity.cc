@@ -14,9 +14,8 @@
 #include <sstream>
 
 #include "cli/common.h"
-#include "cli/progress.h"
+#include "cli/scoring.h"
 #include "kv/registry.h"
-#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace larql::cli {
@@ -29,29 +28,6 @@ struct PplArgs {
   uint64_t max_input_bytes = kDefaultMaxInputBytes;
   int threads = 0;
   bool json = false;
-};
-
-/// Minimal .npy v1.0 writer (format: numpy.lib.format), streaming rows through an AtomicWriter:
-/// nothing replaces the target until close().
-class NpyWriter {
- public:
-  NpyWriter(const std::string& path, std::vector<int64_t> shape, const std::string& flag = "--logits-out")
-      : out_(path, flag) {
-    std::string dims;
-    for (int64_t d : shape) dims += std::to_string(d) + ", ";
-    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
-    const size_t unpadded = 10 + dict.size() + 1;
-    dict += std::string((64 - unpadded % 64) % 64, ' ') + "\n";
-    const uint16_t hlen = static_cast<uint16_t>(dict.size());
-    out_.write("\x93NUMPY\x01\x00", 8);
-    out_.write(&hlen, 2);
-    out_.write(dict);
-  }
-  void rows(const float* p, size_t n) { out_.write(p, n * 4); }
-  void close() { out_.commit(); }
-
- private:
-  AtomicWriter out_;
 };
 
 /// The residual leaving each wanted layer at every position: [layers, positions, hidden].
@@ -90,67 +66,6 @@ std::vector<int64_t> parse_layers(const std::string& s, int64_t n_layers) {
     out.push_back(l);
   }
   return out;
-}
-
-/// Adds -log p(target) under logits lg [vocab] to nll (log-softmax in double).
-void add_nll(const float* lg, int64_t vocab, int32_t target, double& nll) {
-  double mx = lg[0];
-  for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(lg[v]));
-  double sum = 0;
-  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(lg[v] - mx);
-  nll -= lg[target] - mx - std::log(sum);
-}
-
-/// Teacher-forced through an engine: BOS alone, then one decode step per token. Returns the
-/// summed NLL of tokens 1..n-1; writes every position's logits to npy when given.
-/// KvBytes: per_token = the growth of the engine's hot bytes per token between positions k and
-/// 2k, k = min(64, (n − 1) / 2) (the cost of one more token once a window of exact recent rows
-/// is full, before the model's sliding layers (512) evict); fixed = hot bytes at position k less
-/// (k + 1) × per_token (what the engine holds beyond that, e.g. turbo-quant's exact window).
-struct KvBytes {
-  int64_t per_token = 0, fixed = 0;
-};
-
-double score_engine(Loaded& l, const EngineSpec& spec, const std::vector<int32_t>& ids, NpyWriter* npy,
-                    KvBytes& kv) {
-  const ModelConfig& c = l.model->config();
-  const int64_t n = static_cast<int64_t>(ids.size());
-  auto engine = make_engine(spec, l.forward);
-  std::vector<float> logits(static_cast<size_t>(c.vocab));
-  double nll = 0;
-  Progress bar("scoring " + spec.to_string(), n);
-  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(64, (n - 1) / 2));
-  int64_t at_k = 0, at_2k = 0;
-  for (int64_t pos = 0; pos < n; ++pos) {
-    const auto h = pos == 0 ? engine->prefill({ids[0]}) : engine->decode_step(ids[static_cast<size_t>(pos)]);
-    if (pos == k) at_k = static_cast<int64_t>(engine->memory().hot_bytes);
-    if (pos == 2 * k) at_2k = static_cast<int64_t>(engine->memory().hot_bytes);
-    l.forward->logits(h.data(), 1, logits.data());
-    if (pos + 1 < n) add_nll(logits.data(), c.vocab, ids[static_cast<size_t>(pos + 1)], nll);
-    if (npy) npy->rows(logits.data(), static_cast<size_t>(c.vocab));
-    bar.update(pos + 1);
-  }
-  kv.per_token = (at_2k - at_k) / k;
-  kv.fixed = at_k - (k + 1) * kv.per_token;
-  return nll;
-}
-
-/// One batched forward pass (api::LoadedModel::logit_rows: chunks of Forward::chunk() over a
-/// plain KvCache), `observer` (may be null) seeing every layer.
-double score_batched(Loaded& l, const std::vector<int32_t>& ids, NpyWriter* npy, LayerObserver* observer) {
-  const int64_t vocab = l.model->config().vocab, n = static_cast<int64_t>(ids.size());
-  double nll = 0;
-  Progress bar("scoring", n);
-  l.handle->logit_rows(ids, [&](int64_t row0, int64_t rows, const float* logits) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t pos = row0 + r;
-      if (pos + 1 >= n) break;
-      add_nll(logits + r * vocab, vocab, ids[static_cast<size_t>(pos + 1)], nll);
-    }
-    if (npy) npy->rows(logits, static_cast<size_t>(rows * vocab));
-    bar.update(row0 + rows);
-  }, observer);
-  return nll;
 }
 
 void run(const PplArgs& a) {

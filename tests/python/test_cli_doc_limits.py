@@ -64,6 +64,9 @@ def fixtures(tmp_path_factory, model_path):
         "apollo eval": ["apollo", "eval", text, questions, "-m", model_path, "--no-standard"],
         "extract": ["extract", model_path, "-o", d / "x.vindex"],
         "label": ["label", d / "none.vindex"],  # flags are checked before the vindex is opened
+        "shannon": ["shannon", model_path, "--corpus", text],
+        "compare": ["compare", d / "a.vindex", d / "b.vindex"],
+        "compile": ["compile", d / "none.vindex", "-o", d / "out"],
     }
     return base
 
