@@ -281,3 +281,19 @@ def test_a_server_over_shards_reports_a_dead_shard_and_recovers(larql_bin, model
         srv.wait(timeout=30)
         a.stop()
         b.stop()
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_expert_shards_generate_what_one_process_does(larql_bin, family):
+    model = peer.REPO_ROOT / f"tests/model/data/families/{family}/{family}-q8_0.gguf"
+    shards = [Shard(larql_bin, model, "--experts", "0-1"), Shard(larql_bin, model, "--experts", "2-3")]
+    try:
+        args = ["run", str(model), "The capital of France is", "-n", "16", "--temperature", "0", "--ignore-eos"]
+        alone = peer.run_larql(args)
+        split = peer.run_larql([*args, "--ffn", remote(*shards)])
+        assert split.stdout == alone.stdout and len(alone.stdout) > 10
+        lone = peer.run_larql([*args, "--ffn", remote(shards[0])], check=False)
+        assert lone.returncode != 0 and "2 experts" in lone.stderr, lone.stderr
+    finally:
+        for s in shards:
+            s.stop()
