@@ -5,9 +5,8 @@ For each setup — one process, 2 shards, 3 shards (layer ranges of equal size, 
 this machine) — `larql bench --json` measures prefill and decode tok/s of the standard engine, the
 client running attention and the shards the FFN (`--ffn remote:...`). Also reported: gRPC calls
 and bytes per decoded token per hop (from the model's sizes: one WalkFfn call per layer, each row
-`hidden` f32 values out and back, plus the measured protobuf framing), and, with --delay-ms, the
-same runs with latency added on loopback (tc netem in a network namespace the script makes; needs
-root and `ip`/`tc`, else skipped with a note).
+`hidden` f32 values out and back; protobuf and HTTP/2 framing not counted). Not measured here
+yet: added network latency (netem) and llama.cpp's RPC backend split the same way.
 
 Usage: bench/shard_bench.py --larql build/larql --model models/gemma-3-270m-q4_k_m.gguf
                             [--threads 2] [--repeats 3] [--decode-tokens 64] [--json]
