@@ -1,9 +1,12 @@
 // The `larql._larql` extension (nanobind): Python over the C++ API facade (src/api/api.h).
-// docs/python.md is the user's guide; python/larql/__init__.py the package around this module.
+// docs/python.md is the user's guide; python/larql/__init__.py the package around this module,
+// which checks every argument's type and range (naming the Python parameter) before it gets here.
 //
-// Threads: every call that computes (open, logits, generation, LQL) releases the GIL, so Python
-// threads on different sessions of one model run at once. A Generation streams through a worker
-// thread and a queue: __next__ waits for the next piece with the GIL released.
+// Threads: every call that computes (logits, trace, perplexity, generation, LQL, sessions) is a
+// job (jobs.h): it runs on a worker thread with the GIL released while the caller waits, watching
+// for Ctrl-C (KeyboardInterrupt within one layer). A Generation streams through its own worker
+// thread and a queue: __next__ waits for the next piece with the GIL released. close() of a
+// model, session or vindex stops the jobs running on it and waits until they have left.
 // Memory: arrays handed to Python are views of buffers this module owns (a Capture's, a logits
 // result's), kept alive by their owner object: no copy (docs/python.md "Arrays").
 // Errors: larql::Error becomes the larql exception of its kind (larql.InvalidArgument, ...).
@@ -17,7 +20,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
@@ -31,7 +36,7 @@
 
 #include "api/api.h"
 #include "inference/sampler.h"
-#include "kv/state_file.h"
+#include "jobs.h"
 #include "util/error.h"
 
 namespace nb = nanobind;
@@ -48,6 +53,16 @@ std::map<ErrorKind, PyObject*>& exception_types() {
   return *m;
 }
 PyObject* base_error = nullptr;
+
+PyObject* exception_type(ErrorKind kind) {
+  auto it = exception_types().find(kind);
+  return it != exception_types().end() ? it->second : base_error;
+}
+
+// A message as a str (a message holding a path that is not UTF-8 still reads, with U+FFFD).
+nb::object message_str(const char* what) {
+  return nb::steal(PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "replace"));
+}
 
 void make_exceptions(nb::module_& m) {
   base_error = PyErr_NewExceptionWithDoc("larql.Error", "Base of every larql error; str() is the message.", PyExc_RuntimeError,
@@ -89,8 +104,7 @@ void make_exceptions(nb::module_& m) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      auto it = exception_types().find(e.kind());
-      PyErr_SetString(it != exception_types().end() ? it->second : base_error, e.what());
+      PyErr_SetObject(exception_type(e.kind()), message_str(e.what()).ptr());
     } catch (const std::bad_alloc&) {
       PyErr_SetString(PyExc_MemoryError, "out of memory");
     }
@@ -98,6 +112,31 @@ void make_exceptions(nb::module_& m) {
 }
 
 [[noreturn]] void invalid(const std::string& msg) { throw Error(ErrorKind::InvalidArgument, msg); }
+
+// Raise `e` as its larql exception with the JSON results of the statements before the failing
+// one in its `_lql_docs` attribute (the package makes them Tables: docs/python.md "LQL").
+[[noreturn]] void raise_with_results(const Error& e, const std::vector<std::string>& docs) {
+  PyObject* type = exception_type(e.kind());
+  nb::object exc = nb::steal(PyObject_CallOneArg(type, message_str(e.what()).ptr()));
+  if (!exc.is_valid()) throw nb::python_error();
+  nb::setattr(exc, "_lql_docs", nb::cast(docs));
+  PyErr_SetObject(type, exc.ptr());
+  throw nb::python_error();
+}
+
+// The UTF-8 bytes of a str argument: a str holding a lone surrogate ("\ud800") has none, and is
+// refused naming the parameter (nanobind's own conversion would say "std::bad_cast").
+std::string utf8(nb::handle h, const char* name) {
+  if (!nb::isinstance<nb::str>(h)) throw nb::type_error((std::string(name) + " must be a str").c_str());
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+  if (!p) {
+    PyErr_Clear();
+    invalid(std::string(name) + " is not valid Unicode text: it holds a lone surrogate (such as '\\ud800'), which has no "
+                                "UTF-8 encoding");
+  }
+  return std::string(p, static_cast<size_t>(n));
+}
 
 // --- arrays ----------------------------------------------------------------------------------
 
@@ -112,6 +151,17 @@ F32Array owned_array(std::vector<float>&& v, std::vector<size_t> shape) {
 
 // --- sampling options ------------------------------------------------------------------------
 
+// Sampler errors name the CLI's flags ("--top-k"); the package's parameters are these.
+std::string python_names(std::string msg) {
+  static const std::pair<const char*, const char*> names[] = {
+      {"--temperature", "temperature"}, {"--top-k", "top_k"}, {"--top-p", "top_p"},
+      {"--min-p", "min_p"}, {"--repeat-penalty", "repeat_penalty"}, {"--repeat-last-n", "repeat_last_n"}};
+  for (const auto& [flag, name] : names)
+    for (size_t at = msg.find(flag); at != std::string::npos; at = msg.find(flag, at))
+      msg.replace(at, std::strlen(flag), name);
+  return msg;
+}
+
 GenerateOptions generate_options(int64_t max_tokens, float temperature, int top_k, float top_p, float min_p,
                                  float repeat_penalty, std::optional<uint64_t> seed, const std::vector<std::string>& stop,
                                  bool ignore_eos) {
@@ -124,7 +174,11 @@ GenerateOptions generate_options(int64_t max_tokens, float temperature, int top_
   o.sampler.min_p = min_p;
   o.sampler.repeat_penalty = repeat_penalty;
   o.sampler.seed = seed ? *seed : std::random_device{}();
-  validate(o.sampler);
+  try {
+    validate(o.sampler);
+  } catch (const Error& e) {
+    throw Error(e.kind(), python_names(e.what()));
+  }
   o.stop_strings = stop;
   o.stop_at_eog = !ignore_eos;
   return o;
@@ -144,6 +198,12 @@ nb::dict result_dict(const GenerateResult& r) {
 
 // --- the model -------------------------------------------------------------------------------
 
+// What a Session runs on: its generator, until Session.close() or Model.close() (GIL-guarded).
+struct SessionSlot {
+  std::shared_ptr<api::Generator> gen;
+  bool closed = false;
+};
+
 class PyModel {
  public:
   PyModel(const std::string& path, int threads, std::string engine) : engine_(std::move(engine)) {
@@ -153,24 +213,42 @@ class PyModel {
     m_ = api::LoadedModel::open(path, api::OpenOptions{threads, "larql.Model"});
   }
   const std::shared_ptr<api::LoadedModel>& handle() const {
-    if (!m_) invalid("the model is closed");
+    if (!m_) invalid(jobs_->closed_message());
     return m_;
   }
-  void close() { m_.reset(); }
+  // Refuse new work, stop what runs (generations in any thread end, a logits() call raises
+  // larql.Cancelled) and wait for it, then release the weights and every session's engine.
+  void close() {
+    if (!m_) return;
+    jobs_->refuse_new();
+    {
+      nb::gil_scoped_release nogil;
+      jobs_->stop_and_wait(StopWhy::ModelClosed, nullptr);
+    }
+    for (auto& w : slots_)
+      if (auto slot = w.lock()) {
+        slot->gen.reset();
+        slot->closed = true;
+      }
+    slots_.clear();
+    m_.reset();
+  }
   bool closed() const { return !m_; }
   const std::string& engine() const { return engine_; }
 
-  std::vector<int32_t> ids_of(const nb::handle& text_or_ids, bool add_bos) const {
-    if (nb::isinstance<nb::str>(text_or_ids)) return handle()->tokenize(nb::cast<std::string>(text_or_ids), add_bos, false);
+  std::vector<int32_t> ids_of(const nb::handle& text_or_ids, bool add_bos, const char* name) const {
+    if (nb::isinstance<nb::str>(text_or_ids)) return handle()->tokenize(utf8(text_or_ids, name), add_bos, false);
     try {
       return nb::cast<std::vector<int32_t>>(text_or_ids);
     } catch (const nb::cast_error&) {
-      throw nb::type_error("expected a str or a sequence of int token ids");
+      throw nb::type_error((std::string(name) + " must be a str or a sequence of int token ids").c_str());
     }
   }
 
+  std::shared_ptr<Jobs> jobs_ = std::make_shared<Jobs>("model");
   std::shared_ptr<api::LoadedModel> m_;
   std::string engine_;
+  std::vector<std::weak_ptr<SessionSlot>> slots_;
 };
 
 // What a capture records: per wanted layer, [positions, hidden] of each kind.
@@ -212,40 +290,67 @@ class Capture {
   }
 };
 
-// A streaming generation: a worker thread runs the session's generate() and queues each piece
-// of text; Python pulls them with __next__ (GIL released while waiting). close() (or dropping
-// the object) cancels and joins.
+// A streaming generation: a worker thread runs the generator's generate() and queues each piece
+// of text; Python pulls them with __next__ (GIL released while waiting, Ctrl-C watched). It is a
+// job of its model (jobs.h): Model.close() or its Session's close() stops it. close() (or
+// dropping the object) cancels and joins.
 class Generation {
  public:
-  Generation(std::shared_ptr<api::Generator> gen, std::vector<int32_t> ids, GenerateOptions opt)
-      : gen_(std::move(gen)), ids_(std::move(ids)), opt_(std::move(opt)) {
-    opt_.cancel = &cancel_;
-    worker_ = std::thread([this] { run(); });
+  Generation(std::shared_ptr<Jobs> jobs, const void* owner, std::shared_ptr<api::Generator> gen, std::vector<int32_t> ids,
+             GenerateOptions opt)
+      : jobs_(std::move(jobs)), gen_(std::move(gen)), ids_(std::move(ids)), opt_(std::move(opt)) {
+    job_.owner = owner;
+    jobs_->enter(&job_);
+    opt_.cancel = &job_.cancel;
+    try {
+      worker_ = std::thread([this] { run(); });
+    } catch (...) {
+      jobs_->leave(&job_);
+      throw;
+    }
   }
   ~Generation() { close(); }
 
-  std::optional<std::string> next() {
+  // The next piece, or nullopt at the end. With the GIL released; when `watch` sees a Ctrl-C the
+  // generation is stopped, waited for, and nullopt returned (the caller raises the interrupt).
+  // A generation stopped by Model.close() / Session.close() raises larql.Cancelled after its
+  // last piece.
+  std::optional<std::string> next(SignalWatch& watch) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !queue_.empty() || done_; });
-    if (!queue_.empty()) {
-      std::string s = std::move(queue_.front());
-      queue_.pop_front();
-      return s;
+    for (;;) {
+      if (watch.raised()) {
+        cv_.wait(lock, [&] { return done_; });
+        return std::nullopt;
+      }
+      if (!queue_.empty()) {
+        std::string s = std::move(queue_.front());
+        queue_.pop_front();
+        return s;
+      }
+      if (done_) break;
+      if (!cv_.wait_for(lock, kPoll, [&] { return !queue_.empty() || done_; })) {
+        lock.unlock();
+        if (watch.check()) job_.stop(StopWhy::Interrupted);
+        lock.lock();
+      }
     }
     if (error_) {
       std::exception_ptr e = error_;
       error_ = nullptr;
       std::rethrow_exception(e);
     }
+    const StopWhy why = job_.reason();
+    if ((why == StopWhy::ModelClosed || why == StopWhy::SessionClosed) && result_ && result_->stop_reason == "cancelled" &&
+        !told_closed_) {
+      told_closed_ = true;
+      throw Error(ErrorKind::Cancelled, stopped_message(why, "the generation") + " (after " +
+                                            std::to_string(result_->ids.size()) + " tokens; .result holds them)");
+    }
     return std::nullopt;
   }
   void close() {
-    cancel_.store(true);
+    job_.stop(StopWhy::User);
     if (worker_.joinable()) worker_.join();
-  }
-  bool done() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return done_ && queue_.empty();
   }
   std::optional<GenerateResult> result() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -262,23 +367,38 @@ class Generation {
       });
       std::lock_guard<std::mutex> lock(mu_);
       result_ = std::move(r);
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (e.kind() == ErrorKind::Cancelled && job_.reason() != StopWhy::None) {
+        // Stopped while reading the prompt: a generation of no tokens, like one stopped later.
+        GenerateResult r;
+        r.prompt_ids = ids_;
+        r.stop_reason = "cancelled";
+        result_ = std::move(r);
+      } else {
+        error_ = std::current_exception();
+      }
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ = std::current_exception();
     }
+    gen_.reset();  // done with the generator (and so with the model)
+    jobs_->leave(&job_);
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
     cv_.notify_all();
   }
 
+  std::shared_ptr<Jobs> jobs_;
   std::shared_ptr<api::Generator> gen_;
   std::vector<int32_t> ids_;
   GenerateOptions opt_;
-  std::atomic<bool> cancel_{false};
+  Job job_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;
   bool done_ = false;
+  bool told_closed_ = false;
   std::exception_ptr error_;
   std::optional<GenerateResult> result_;
   std::thread worker_;
@@ -287,17 +407,25 @@ class Generation {
 // A session: one sequence that later generate() calls continue (chat), with state files.
 class PySession {
  public:
-  PySession(std::shared_ptr<api::LoadedModel> m, const std::string& engine, int64_t context, const std::string& resume,
-            const std::string& save_state) {
-    SessionOptions so;
-    so.context = context;
-    so.resume = resume;
-    so.save_state = save_state;
-    const EngineSpec spec = parse_engine_spec(engine);
-    nb::gil_scoped_release nogil;
-    gen_ = std::make_shared<api::Generator>(std::move(m), spec, so);
+  PySession(std::shared_ptr<Jobs> jobs, std::shared_ptr<SessionSlot> slot) : jobs_(std::move(jobs)), slot_(std::move(slot)) {}
+  const std::shared_ptr<api::Generator>& gen() const {
+    if (jobs_->closed()) invalid(jobs_->closed_message());
+    if (slot_->closed || !slot_->gen) invalid("the session is closed (Session.close() was called): make a new one with Model.session()");
+    return slot_->gen;
   }
-  std::shared_ptr<api::Generator> gen_;
+  // Stop a generation running on it (it raises larql.Cancelled) and release its engine.
+  void close() {
+    if (slot_->closed) return;
+    slot_->closed = true;
+    {
+      nb::gil_scoped_release nogil;
+      jobs_->stop_and_wait(StopWhy::SessionClosed, slot_.get());
+    }
+    slot_->gen.reset();
+  }
+  bool closed() const { return slot_->closed || jobs_->closed(); }
+  std::shared_ptr<Jobs> jobs_;
+  std::shared_ptr<SessionSlot> slot_;
 };
 
 // --- the vindex (LQL) ------------------------------------------------------------------------
@@ -309,13 +437,53 @@ class PyVindex {
     nb::gil_scoped_release nogil;
     s_ = api::open_lql(path, threads);
   }
-  std::vector<std::string> lql(const std::string& text) {
-    if (!s_) invalid("the vindex is closed");
-    nb::gil_scoped_release nogil;
-    return api::run_lql_json(*s_, text);
+  lql::Session& session() const {
+    if (!s_) invalid(jobs_->closed_message());
+    return *s_;
   }
-  void close() { s_.reset(); }
+  // Every statement's JSON result; on an error, the results before it ride on the exception.
+  std::vector<std::string> lql(const std::string& text) {
+    lql::Session& s = session();
+    if (busy_) invalid("the vindex is busy: another thread's lql() on it has not finished (a Vindex is used by one thread at a time)");
+    busy_ = true;
+    struct Unbusy {
+      bool& b;
+      ~Unbusy() { b = false; }
+    } unbusy{busy_};
+    struct Out {
+      std::vector<std::string> docs;
+      std::optional<Error> error;
+    };
+    Out out = run_job(*jobs_, nullptr, "lql()", [&](const std::atomic<bool>* cancel) {
+      struct Flag {
+        lql::Session& s;
+        ~Flag() { s.set_cancel(nullptr); }
+      } flag{s};
+      s.set_cancel(cancel);
+      Out o;
+      try {
+        api::run_lql_json(s, text, o.docs);
+      } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Cancelled) throw;
+        o.error = e;
+      }
+      return o;
+    });
+    if (out.error) raise_with_results(*out.error, out.docs);
+    return out.docs;
+  }
+  void close() {
+    if (!s_) return;
+    jobs_->refuse_new();
+    {
+      nb::gil_scoped_release nogil;
+      jobs_->stop_and_wait(StopWhy::VindexClosed, nullptr);
+    }
+    s_.reset();
+  }
+  std::shared_ptr<Jobs> jobs_ = std::make_shared<Jobs>("vindex");
   std::unique_ptr<lql::Session> s_;
+  bool busy_ = false;
 };
 
 }  // namespace
@@ -325,13 +493,12 @@ class PyVindex {
 NB_MODULE(_larql, m) {
   using namespace larql;
   using namespace larql::py;
-  m.doc() = "larql's native module: the C++ engine behind the `larql` package (docs/python.md).";
+  m.doc() = "larql's native module: the C++ engine behind the `larql` package (docs/python.md). Its names are private: "
+            "use the package's.";
   make_exceptions(m);
+  init_signal_watch();
 
-  nb::class_<PyModel>(m, "Model",
-                      "A model opened from a GGUF file, a vindex directory (level inference) or a Hugging Face directory.\n\n"
-                      "Model(path, threads=0, engine='standard'): threads 0 = one per core; engine = the default engine spec "
-                      "for generate() (see `larql engines`).")
+  nb::class_<PyModel>(m, "Model", "The native model behind larql.Model.")
       .def(nb::init<const std::string&, int, std::string>(), "path"_a, "threads"_a = 0, "engine"_a = "standard")
       .def_prop_ro("path", [](const PyModel& s) { return s.handle()->path(); })
       .def_prop_ro("engine", &PyModel::engine)
@@ -354,33 +521,31 @@ NB_MODULE(_larql, m) {
                      d["n_experts"] = c.n_experts;
                      d["n_experts_used"] = c.n_experts_used;
                      return d;
-                   },
-                   "The model's configuration: arch, n_layers, hidden, vocab, context_length, ...")
-      .def("close", &PyModel::close, "Release the weights; any later call raises larql.InvalidArgument.")
+                   })
+      .def("close", &PyModel::close)
       .def("tokenize",
-           [](const PyModel& s, const std::string& text, bool add_bos, bool special) {
-             return s.handle()->tokenize(text, add_bos, special);
+           [](const PyModel& s, nb::handle text, bool add_bos, bool special) {
+             return s.handle()->tokenize(utf8(text, "text"), add_bos, special);
            },
-           "text"_a, "add_bos"_a = true, "special"_a = false,
-           "Token ids of text: BOS first when add_bos (and the vocabulary wants one); special-token text parsed when special.")
+           "text"_a, "add_bos"_a = true, "special"_a = false)
       .def("detokenize",
            [](const PyModel& s, const std::vector<int32_t>& ids, bool skip_special) {
              // A byte-fallback token alone is not valid UTF-8: shown as U+FFFD, as a stream shows it.
              const std::string t = s.handle()->detokenize(ids, skip_special);
              return nb::steal<nb::str>(PyUnicode_DecodeUTF8(t.data(), static_cast<Py_ssize_t>(t.size()), "replace"));
            },
-           "ids"_a, "skip_special"_a = false, "The text of token ids.")
+           "ids"_a, "skip_special"_a = false)
       .def("_logits",
            [](const PyModel& s, nb::handle tokens, bool add_bos) {
              const auto m = s.handle();
-             const std::vector<int32_t> ids = s.ids_of(tokens, add_bos);
+             const std::vector<int32_t> ids = s.ids_of(tokens, add_bos, "tokens");
              m->check_ids(ids);  // before allocating [n, vocab]
              const int64_t vocab = m->config().vocab;
              std::vector<float> out(ids.size() * static_cast<size_t>(vocab));
-             {
-               nb::gil_scoped_release nogil;
-               m->logits(ids, out.data());
-             }
+             run_job(*s.jobs_, nullptr, "logits()", [&](const std::atomic<bool>* cancel) {
+               m->logits(ids, out.data(), nullptr, cancel);
+               return 0;
+             });
              return owned_array(std::move(out), {ids.size(), static_cast<size_t>(vocab)});
            },
            "tokens"_a, "add_bos"_a = true)
@@ -390,10 +555,10 @@ NB_MODULE(_larql, m) {
              const ModelConfig& c = m->config();
              for (int64_t l : layers)
                if (l < 0 || l >= c.n_layers)
-                 invalid("layer " + std::to_string(l) + " is outside 0-" + std::to_string(c.n_layers - 1));
-             if (std::set<int64_t>(layers.begin(), layers.end()).size() != layers.size()) invalid("a layer is listed twice");
+                 invalid("layers: layer " + std::to_string(l) + " is outside 0-" + std::to_string(c.n_layers - 1));
+             if (std::set<int64_t>(layers.begin(), layers.end()).size() != layers.size()) invalid("layers: a layer is listed twice");
              auto cap = std::make_unique<Capture>();
-             cap->ids = s.ids_of(tokens, add_bos);
+             cap->ids = s.ids_of(tokens, add_bos, "tokens");
              m->check_ids(cap->ids);  // before allocating [n, vocab] and the captures
              cap->layers = layers;
              cap->positions = static_cast<int64_t>(cap->ids.size());
@@ -401,10 +566,11 @@ NB_MODULE(_larql, m) {
              cap->vocab = c.vocab;
              cap->logits.resize(cap->ids.size() * static_cast<size_t>(c.vocab));
              cap->obs = std::make_unique<CaptureObserver>(layers, cap->positions, c.hidden);
-             {
-               nb::gil_scoped_release nogil;
-               m->logits(cap->ids, cap->logits.data(), layers.empty() ? nullptr : cap->obs.get());
-             }
+             Capture* raw = cap.get();
+             run_job(*s.jobs_, nullptr, "trace()", [&](const std::atomic<bool>* cancel) {
+               m->logits(raw->ids, raw->logits.data(), raw->layers.empty() ? nullptr : raw->obs.get(), cancel);
+               return 0;
+             });
              return cap.release();
            },
            "tokens"_a, "layers"_a, "add_bos"_a = true, nb::rv_policy::take_ownership)
@@ -422,13 +588,14 @@ NB_MODULE(_larql, m) {
              }
              return owned_array(std::move(out), {static_cast<size_t>(n), static_cast<size_t>(vocab)});
            },
-           "rows"_a, "logits [n, vocab] = lm_head . output_norm(rows) for rows [n, hidden] (the logit lens)")
+           "rows"_a)
       .def("_perplexity",
            [](const PyModel& s, nb::handle tokens, bool add_bos) {
              const auto m = s.handle();
-             const std::vector<int32_t> ids = s.ids_of(tokens, add_bos);
-             nb::gil_scoped_release nogil;
-             return std::exp(m->mean_nll(ids));
+             const std::vector<int32_t> ids = s.ids_of(tokens, add_bos, "tokens");
+             const double nll =
+                 run_job(*s.jobs_, nullptr, "perplexity()", [&](const std::atomic<bool>* cancel) { return m->mean_nll(ids, cancel); });
+             return std::exp(nll);
            },
            "tokens"_a, "add_bos"_a = true)
       .def("_stream",
@@ -438,24 +605,37 @@ NB_MODULE(_larql, m) {
              const auto m = s.handle();
              GenerateOptions opt = generate_options(max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, seed, stop, ignore_eos);
              std::shared_ptr<api::Generator> gen;
+             const void* owner = nullptr;
              if (session) {
-               gen = session->gen_;
+               gen = session->gen();
+               owner = session->slot_.get();
              } else {
                const EngineSpec spec = parse_engine_spec(engine.empty() ? s.engine() : engine);
                nb::gil_scoped_release nogil;
                gen = std::make_shared<api::Generator>(m, spec);
              }
              std::vector<int32_t> ids;
-             if (nb::isinstance<nb::str>(prompt)) ids = gen->session().encode(nb::cast<std::string>(prompt));
-             else ids = s.ids_of(prompt, false);
+             if (nb::isinstance<nb::str>(prompt)) ids = gen->session().encode(utf8(prompt, "prompt"));
+             else ids = s.ids_of(prompt, false, "prompt");
              gen->session().check_prompt(ids);
-             return new Generation(gen, std::move(ids), std::move(opt));
+             return new Generation(s.jobs_, owner, gen, std::move(ids), std::move(opt));
            },
            "prompt"_a, "engine"_a, "max_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a, "min_p"_a, "repeat_penalty"_a,
            "seed"_a.none(), "stop"_a, "ignore_eos"_a, "session"_a.none(), nb::rv_policy::take_ownership)
       .def("_session",
-           [](const PyModel& s, const std::string& engine, int64_t context, const std::string& resume, const std::string& save_state) {
-             return new PySession(s.handle(), engine.empty() ? s.engine() : engine, context, resume, save_state);
+           [](PyModel& s, const std::string& engine, int64_t context, const std::string& resume, const std::string& save_state) {
+             const auto m = s.handle();
+             SessionOptions so;
+             so.context = context;
+             so.resume = resume;
+             so.save_state = save_state;
+             const EngineSpec spec = parse_engine_spec(engine.empty() ? s.engine() : engine);
+             auto slot = std::make_shared<SessionSlot>();
+             slot->gen = run_job(*s.jobs_, nullptr, "session()",
+                                 [&](const std::atomic<bool>*) { return std::make_shared<api::Generator>(m, spec, so); });
+             s.slots_.erase(std::remove_if(s.slots_.begin(), s.slots_.end(), [](const auto& w) { return w.expired(); }), s.slots_.end());
+             s.slots_.push_back(slot);
+             return new PySession(s.jobs_, std::move(slot));
            },
            "engine"_a, "context"_a, "resume"_a, "save_state"_a, nb::rv_policy::take_ownership);
 
@@ -466,8 +646,7 @@ NB_MODULE(_larql, m) {
                    [](nb::handle self) {
                      Capture& c = nb::cast<Capture&>(self);
                      return Capture::view(self, c.logits, {static_cast<size_t>(c.positions), static_cast<size_t>(c.vocab)});
-                   },
-                   "[positions, vocab] float32 logits")
+                   })
       .def("_rows", [](nb::handle self, const std::string& kind) {
         Capture& c = nb::cast<Capture&>(self);
         std::vector<float>* v = kind == "residual" ? &c.obs->residual
@@ -482,11 +661,13 @@ NB_MODULE(_larql, m) {
   nb::class_<Generation>(m, "Generation")
       .def("_next",
            [](Generation& g) {
+             SignalWatch watch;
              std::optional<std::string> s;
              {
                nb::gil_scoped_release nogil;
-               s = g.next();
+               s = g.next(watch);
              }
+             if (watch.raised()) watch.rethrow();
              return s;
            })
       .def("_close",
@@ -501,15 +682,33 @@ NB_MODULE(_larql, m) {
       });
 
   nb::class_<PySession>(m, "Session")
-      .def("_restart", [](PySession& s) { s.gen_->session().restart(); })
-      .def("_context", [](const PySession& s) { return s.gen_->session().context(); })
+      .def("_restart", [](PySession& s) { s.gen()->session().restart(); })
+      .def("_context", [](const PySession& s) { return s.gen()->session().context(); })
+      .def("_close", &PySession::close)
+      .def_prop_ro("_closed", &PySession::closed)
       .def("_save_state", [](PySession& s, const std::string& path) {
-        nb::gil_scoped_release nogil;
-        s.gen_->engine().save_state(path);
+        const auto gen = s.gen();
+        if (gen->busy()) invalid("the session is busy: a generation on it has not finished (finish or close it first)");
+        run_job(*s.jobs_, s.slot_.get(), "save_state()", [&](const std::atomic<bool>*) {
+          gen->engine().save_state(path);
+          return 0;
+        });
       });
 
   nb::class_<PyVindex>(m, "Vindex")
       .def(nb::init<const std::string&, int>(), "path"_a, "threads"_a = 0)
       .def("_lql", &PyVindex::lql, "text"_a)
+      .def("_info",
+           [](const PyVindex& v) {
+             const lql::Session& s = v.session();
+             const vindex::VindexIndex& x = s.index();
+             nb::dict d;
+             d["path"] = s.path();
+             d["model"] = x.model;
+             d["num_layers"] = x.num_layers;
+             d["extract_level"] = std::string(vindex::extract_level_name(x.extract_level));
+             return d;
+           })
+      .def_prop_ro("closed", [](const PyVindex& v) { return !v.s_; })
       .def("close", &PyVindex::close);
 }

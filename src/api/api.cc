@@ -109,6 +109,8 @@ void LoadedModel::logit_rows(const std::vector<int32_t>& ids,
     const int64_t m = std::min(fwd.chunk(), n - off);
     fwd.forward(ids.data() + off, m, cache, x.data());
     for (int64_t r0 = 0; r0 < m; r0 += kLogitRows) {
+      // The output matrix is most of a long text's work: the flag is read between its blocks too.
+      if (cancel && cancel->load(std::memory_order_relaxed)) throw Error(ErrorKind::Cancelled, "logits: cancelled");
       const int64_t rn = std::min(kLogitRows, m - r0);
       fwd.logits(x.data() + r0 * c.hidden, rn, lg.data());
       on_rows(off + r0, rn, lg.data());
@@ -189,8 +191,13 @@ std::unique_ptr<lql::Session> open_lql(const std::string& vindex, int threads) {
 }
 
 std::vector<std::string> run_lql_json(lql::Session& session, std::string_view text) {
-  lql::Executor exec(session);
   std::vector<std::string> out;
+  run_lql_json(session, text, out);
+  return out;
+}
+
+void run_lql_json(lql::Session& session, std::string_view text, std::vector<std::string>& out) {
+  lql::Executor exec(session);
   for (const auto& ch : lql::script_statements(text)) {
     const lql::Pipeline p = lql::parse_one(ch.text, ch.pos);
     for (const auto& st : p.stages) {
@@ -200,7 +207,6 @@ std::vector<std::string> run_lql_json(lql::Session& session, std::string_view te
       out.push_back(lql::render_json(t));
     }
   }
-  return out;
 }
 
 }  // namespace larql::api

@@ -85,7 +85,8 @@ class LoadedModel {
   /// perplexity --logits-out` writes, bit for bit. `observer` (may be null) sees every layer of
   /// every position (inference/forward.h LayerObserver). Errors: Error{EmptyPrompt} for no ids,
   /// Error{ContextOverflow} past the model's context, Error{InvalidArgument} for an id outside the
-  /// vocabulary; Error{Cancelled} when `cancel` is set (checked per layer).
+  /// vocabulary; Error{Cancelled} when `cancel` is set (checked before every layer and every 32
+  /// rows of the output matrix).
   void logits(const std::vector<int32_t>& ids, float* out, LayerObserver* observer = nullptr,
               const std::atomic<bool>* cancel = nullptr) const;
   /// The same pass handing the logits to `on_rows` 32 rows at a time ([rows, vocab] from row
@@ -124,6 +125,8 @@ class Generator {
   const LoadedModel& model() const { return *model_; }
   Session& session() { return *session_; }
   Engine& engine() { return session_->engine(); }
+  /// A generate() on it is running (another one would be refused as "busy").
+  bool busy() const { return busy_.load(); }
 
   /// Generate from `prompt` text (encoded as Session::encode: BOS on a new sequence) or from ids;
   /// `on_text` receives UTF-8 pieces as they are produced. kv::Session::generate's errors, and
@@ -151,5 +154,8 @@ std::unique_ptr<lql::Session> open_lql(const std::string& vindex, int threads = 
 /// each result as the JSON document `larql lql --json` prints for it (lql/printer.h render_json).
 /// Stops at the first failing statement with its error (naming line:column of `text`).
 std::vector<std::string> run_lql_json(lql::Session& session, std::string_view text);
+/// The same, appending each result to `out` as its statement finishes: when a statement fails,
+/// `out` holds the results of the statements before it (the error is thrown as above).
+void run_lql_json(lql::Session& session, std::string_view text, std::vector<std::string>& out);
 
 }  // namespace larql::api

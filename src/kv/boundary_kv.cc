@@ -137,13 +137,13 @@ std::unique_ptr<BoundaryKvEngine> BoundaryKvEngine::resume(std::shared_ptr<Forwa
   const boundary::Archive a = boundary::archive_read(e->archive_path_);
   e->archive_uid_ = a.header.uid;
   if (a.header.fingerprint != e->fwd_->model().fingerprint())
-    throw Error(ErrorKind::InvariantViolation, e->archive_path_ + ": archive was written with another model (fingerprint " +
-                                                   a.header.fingerprint + ", this model " + e->fwd_->model().fingerprint() + ")");
+    throw Error(ErrorKind::InvalidArgument, e->archive_path_ + ": archive was written with another model (fingerprint " +
+                                                a.header.fingerprint + ", this model " + e->fwd_->model().fingerprint() + ")");
   if (a.header.hidden != static_cast<uint32_t>(c.hidden) || a.header.sequence_id != e->opts_.sequence_id)
-    throw Error(ErrorKind::InvariantViolation, e->archive_path_ + ": archive is for sequence '" + a.header.sequence_id +
-                                                   "' at hidden " + std::to_string(a.header.hidden));
+    throw Error(ErrorKind::InvalidArgument, e->archive_path_ + ": archive is for sequence '" + a.header.sequence_id +
+                                                "' at hidden " + std::to_string(a.header.hidden));
   const std::vector<int32_t> tokens = a.tokens();
-  if (tokens.empty()) throw Error(ErrorKind::InvariantViolation, e->archive_path_ + ": archive has no frames to resume from");
+  if (tokens.empty()) throw Error(ErrorKind::InvalidArgument, e->archive_path_ + ": archive has no frames to resume from");
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n > c.context_length)
     throw Error(ErrorKind::ContextOverflow, e->archive_path_ + ": " + std::to_string(n) + " archived tokens exceed the context length");
@@ -217,13 +217,13 @@ void BoundaryKvEngine::load_state(const std::string& path) {
       (std::filesystem::path(archive_dir_for(opts_)) / (opts_.sequence_id.empty() ? id : opts_.sequence_id)).string();
   const boundary::Archive a = boundary::archive_read(archive);
   if (a.header.uid != uid || a.header.sequence_id != id)
-    throw Error(ErrorKind::InvariantViolation, archive + ": this archive (sequence '" + a.header.sequence_id +
-                                                   "') is not the one the state " + path + " was saved with (sequence '" +
-                                                   id + "'); another run replaced it");
+    throw Error(ErrorKind::InvalidArgument, archive + ": this archive (sequence '" + a.header.sequence_id +
+                                                "') is not the one the state " + path + " was saved with (sequence '" +
+                                                id + "'); another run replaced it");
   const uint64_t covered = a.frames.empty() ? 0 : a.frames.back().position + 1;
   if (a.header.fingerprint != fwd_->model().fingerprint() || covered != start)
-    throw Error(ErrorKind::InvariantViolation, archive + ": archive covers " + std::to_string(covered) +
-                                                   " tokens but the state's unarchived tokens start at " + std::to_string(start));
+    throw Error(ErrorKind::InvalidArgument, archive + ": archive covers " + std::to_string(covered) +
+                                                " tokens but the state's unarchived tokens start at " + std::to_string(start));
   set_sequence(id);
   archive_uid_ = uid;
   cache_ = std::move(fresh);

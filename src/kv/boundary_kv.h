@@ -56,8 +56,9 @@ class BoundaryKvEngine : public Engine {
   /// that each frame's residual re-encodes to the archived payload bytes, and returns an engine
   /// ready to decode the next token; last_hidden() is the last archived position's output.
   /// (Windowed too: standard:window=N masks prefill like decode.) Errors: Error{NotFound} (no archive), Error{Format} (corrupt/truncated),
-  /// Error{InvariantViolation} (another model's archive, hidden size differs, no frames, or the
-  /// replay does not reproduce an archived residual), Error{ContextOverflow}.
+  /// Error{InvalidArgument} (another model's archive, hidden size differs, no frames),
+  /// Error{InvariantViolation} (the replay does not reproduce an archived residual),
+  /// Error{ContextOverflow}.
   static std::unique_ptr<BoundaryKvEngine> resume(std::shared_ptr<Forward> forward, BoundaryKvOptions opts);
 
   /// Starts a new sequence: truncates the archive and writes its header.
@@ -72,7 +73,7 @@ class BoundaryKvEngine : public Engine {
   /// The archive is not copied into it.
   void save_state(const std::string& path) const override;
   /// Also checks that the archive is the very one the state was saved with (its uid), and that it
-  /// ends where the saved state's pending tokens begin (Error{InvariantViolation} otherwise).
+  /// ends where the saved state's pending tokens begin (Error{InvalidArgument} otherwise).
   /// Without a sequence_id key the engine takes the saved one.
   void load_state(const std::string& path) override;
 

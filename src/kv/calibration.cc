@@ -279,21 +279,21 @@ std::unique_ptr<Engine> make_boundary_per_layer(std::shared_ptr<Forward> fwd, co
   }
   const BplRecord r = read_bpl_record(record_path);
   if (r.fingerprint != fwd->model().fingerprint())
-    throw Error(ErrorKind::InvariantViolation, "boundary-per-layer: calibration record " + record_path +
-                                                   " is for model fingerprint " + r.fingerprint + ", this model is " +
-                                                   fwd->model().fingerprint() + "; " + how_to_make());
+    throw Error(ErrorKind::InvalidArgument, "boundary-per-layer: calibration record " + record_path +
+                                                " is for model fingerprint " + r.fingerprint + ", this model is " +
+                                                fwd->model().fingerprint() + "; " + how_to_make());
   if (static_cast<int64_t>(r.policy.size()) != c.n_layers)
-    throw Error(ErrorKind::InvariantViolation, "boundary-per-layer: record " + record_path + " has " +
-                                                   std::to_string(r.policy.size()) + " layers, the model " +
-                                                   std::to_string(c.n_layers));
+    throw Error(ErrorKind::InvalidArgument, "boundary-per-layer: record " + record_path + " has " +
+                                                std::to_string(r.policy.size()) + " layers, the model " +
+                                                std::to_string(c.n_layers));
   if (window > 0 && window != r.window)
-    throw Error(ErrorKind::InvariantViolation, "boundary-per-layer: record " + record_path + " was calibrated at window=" +
-                                                   std::to_string(r.window) + ", not " + std::to_string(window) +
-                                                   "; recalibrate with --window " + std::to_string(window));
+    throw Error(ErrorKind::InvalidArgument, "boundary-per-layer: record " + record_path + " was calibrated at window=" +
+                                                std::to_string(r.window) + ", not " + std::to_string(window) +
+                                                "; recalibrate with --window " + std::to_string(window));
   if (budget >= 0 && r.bound > budget)
-    throw Error(ErrorKind::InvariantViolation, "boundary-per-layer: record " + record_path + " has bound " +
-                                                   std::to_string(r.bound) + " nats, over budget=" + std::to_string(budget) +
-                                                   "; " + how_to_make());
+    throw Error(ErrorKind::InvalidArgument, "boundary-per-layer: record " + record_path + " has bound " +
+                                                std::to_string(r.bound) + " nats, over budget=" + std::to_string(budget) +
+                                                "; " + how_to_make());
   auto e = std::make_unique<CachedResidualEngine>(std::move(fwd), r.window, r.policy);
   char note[64];
   std::snprintf(note, sizeof note, "bound=%.3g", r.bound);

@@ -81,10 +81,10 @@ BplRecord calibrate_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::
 inline constexpr int64_t kUncalibratedWindow = 64;
 
 /// The engine from a record. window/layers: 0 = the record's / the model's (a different value
-/// is Error{InvariantViolation}, resp. InvalidArgument); budget < 0 = not checked, else the
+/// is Error{InvalidArgument}); budget < 0 = not checked, else the
 /// record's bound must be <= budget. Without a record at `record_path` the engine runs bf16 on
 /// every layer (window: `window` or kUncalibratedWindow; config note "uncalibrated") and its
-/// EngineInfo::note says how to calibrate. Errors: InvariantViolation (record for another model
+/// EngineInfo::note says how to calibrate. Errors: InvalidArgument (record for another model
 /// fingerprint, window or layer count, or over `budget`), Format (a damaged record).
 std::unique_ptr<Engine> make_boundary_per_layer(std::shared_ptr<Forward> fwd, const std::string& record_path,
                                                 int64_t window, int64_t layers, double budget);

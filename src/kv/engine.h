@@ -51,8 +51,9 @@ struct EngineMemory {
 /// All engines: prefill a prompt, then decode one token at a time. Both return the last
 /// position's residual before the final norm, [hidden] f32; the caller applies final norm and
 /// lm_head (Forward::logits). Errors are larql::Error with the engine kinds: EmptyPrompt,
-/// BackendUnavailable, RetrievalMiss, InvariantViolation (decode before prefill, state from
-/// another model or engine), BackendFailure; ContextOverflow when the context is full.
+/// BackendUnavailable, RetrievalMiss, InvariantViolation (decode before prefill), BackendFailure;
+/// InvalidArgument for a state from another model or engine (the caller's mistake);
+/// ContextOverflow when the context is full.
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -68,7 +69,7 @@ class Engine {
   /// Errors: Error{Io}.
   virtual void save_state(const std::string& path) const = 0;
   /// Replace the state from a file. Errors: Error{Io}, Error{Format} (corrupt), and
-  /// Error{InvariantViolation} for a file from another model or engine.
+  /// Error{InvalidArgument} for a file from another model, engine or configuration.
   virtual void load_state(const std::string& path) = 0;
 
   /// The generation session of the current sequence; save_state() writes it, load_state()

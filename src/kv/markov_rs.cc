@@ -200,7 +200,7 @@ void MarkovRsEngine::load_state(const std::string& path) {
   StateReader r(path);
   const StateHeader h = r.header(name(), fwd_->model().fingerprint());
   if (h.config != info().config)
-    throw Error(ErrorKind::InvariantViolation, path + ": state has config '" + h.config + "', engine has '" + info().config + "'");
+    throw Error(ErrorKind::InvalidArgument, path + ": state has config '" + h.config + "', engine has '" + info().config + "'");
   if (h.n_past == 0 || h.n_past > static_cast<uint64_t>(c.context_length))
     throw Error(ErrorKind::Format, path + ": n_past " + std::to_string(h.n_past) + " is out of range");
   const int64_t n = static_cast<int64_t>(h.n_past);

@@ -40,8 +40,8 @@ namespace larql {
 /// words, exactly as held) — never K/V, which load_state re-derives.
 ///
 /// Errors: BackendUnavailable (constructor) for an architecture where the residual is not a
-/// sufficient statistic; EmptyPrompt; InvariantViolation (decode before prefill; a state file
-/// from another engine, config or model); ContextOverflow; Format (corrupt state file);
+/// sufficient statistic; EmptyPrompt; InvariantViolation (decode before prefill); InvalidArgument
+/// (a state file from another engine, config or model); ContextOverflow; Format (corrupt state file);
 /// BackendFailure if an internal tier invariant is broken.
 class MarkovRsEngine : public Engine {
  public:

@@ -12,8 +12,8 @@ namespace larql {
 /// Every prefill and decode step re-runs the whole forward pass over the full token list with a
 /// fresh, throw-away KvCache, so a step costs O(N) layers of work and a sequence O(N^2).
 /// Contract: the same logits as `standard` (max |delta logit| <= 1e-3; in practice equal).
-/// Errors: EmptyPrompt, InvariantViolation (decode before prefill; another engine's/model's
-/// state file), ContextOverflow (past the model context), InvalidArgument (bad token id).
+/// Errors: EmptyPrompt, InvariantViolation (decode before prefill), ContextOverflow (past the
+/// model context), InvalidArgument (bad token id; another engine's/model's state file).
 class NoCacheEngine : public Engine {
  public:
   explicit NoCacheEngine(std::shared_ptr<Forward> forward);

@@ -113,10 +113,10 @@ StateHeader StateReader::header(const std::string& engine, const std::string& fi
   h.session.sampler = str(kMaxStr);
   h.session.rng = str(kMaxRngState);
   if (h.engine != engine)
-    throw Error(ErrorKind::InvariantViolation, path_ + ": state was saved by engine '" + h.engine + "', not '" + engine + "'");
+    throw Error(ErrorKind::InvalidArgument, path_ + ": state was saved by engine '" + h.engine + "', not '" + engine + "'");
   if (h.fingerprint != fingerprint)
-    throw Error(ErrorKind::InvariantViolation, path_ + ": state was saved with another model (fingerprint " +
-                                                   h.fingerprint + ", this model " + fingerprint + ")");
+    throw Error(ErrorKind::InvalidArgument, path_ + ": state was saved with another model (fingerprint " +
+                                                h.fingerprint + ", this model " + fingerprint + ")");
   if (!h.session.history.empty() && h.session.history.size() < h.n_past)
     throw Error(ErrorKind::Format, path_ + ": session history of " + std::to_string(h.session.history.size()) +
                                        " tokens is shorter than the engine's " + std::to_string(h.n_past) + " positions");
@@ -127,7 +127,7 @@ StateHeader StateReader::header(const std::string& engine, const std::string& fi
                                 const std::string& config) {
   StateHeader h = header(engine, fingerprint);
   if (h.config != config)
-    throw Error(ErrorKind::InvariantViolation, path_ + ": state has config '" + h.config + "', engine has '" + config + "'");
+    throw Error(ErrorKind::InvalidArgument, path_ + ": state has config '" + h.config + "', engine has '" + config + "'");
   return h;
 }
 

@@ -56,7 +56,7 @@ class StateWriter {
 class StateReader {
  public:
   explicit StateReader(const std::string& path);
-  /// The header; Error{InvariantViolation} if the engine or fingerprint differ from expected.
+  /// The header; Error{InvalidArgument} if the engine or fingerprint differ from expected.
   StateHeader header(const std::string& expect_engine, const std::string& expect_fingerprint);
   /// As above, and the engine configuration string must equal `expect_config`.
   StateHeader header(const std::string& expect_engine, const std::string& expect_fingerprint,

@@ -42,8 +42,8 @@ namespace larql {
 /// block order), so a prefill of any chunking and a token-by-token decode give the same logits
 /// bit for bit (tested).
 ///
-/// Errors: EmptyPrompt, InvariantViolation (decode/save before prefill; another engine's, model's
-/// or configuration's state file, or one of the first codec's), ContextOverflow,
+/// Errors: EmptyPrompt, InvariantViolation (decode/save before prefill; a state file of the first
+/// codec), InvalidArgument (another engine's, model's or configuration's state file), ContextOverflow,
 /// BackendUnavailable (head_dim not a power of two), InvalidArgument (bits not 3 or 4, recent < 0).
 class TurboQuantEngine : public Engine {
  public:

@@ -111,6 +111,9 @@ std::shared_ptr<VindexSource> VindexSource::open(const std::string& dir, bool pa
     if (!e.is_object()) fail("not an object");
     for (const char* k : {"role", "layer", "key", "dtype", "shape", "file", "offset", "length"})
       if (!e.contains(k)) fail(std::string("no \"") + k + "\"");
+    // "kind": what the entry describes; "tensor" is the only kind of this spec (absent: a tensor).
+    if (e.contains("kind") && e["kind"] != "tensor")
+      fail("\"kind\" = " + e["kind"].dump() + " is not supported (this larql reads \"tensor\")");
     if (!e["role"].is_string()) fail("role is not a string");
     const auto role = tensor_role_from_name(e["role"].get<std::string>());
     if (!role) fail("unknown role " + e["role"].dump());

@@ -19,6 +19,7 @@ namespace {
 
 using nlohmann::json;
 
+constexpr int64_t kLayoutVersion = 2;  // index.json "version": the original's layout
 constexpr const char* kLevels[] = {"browse", "attention", "inference", "all"};
 const std::set<std::string> kKnown = {
     "version", "vindex_spec_version", "model", "family", "source", "num_layers", "hidden_size",
@@ -56,6 +57,30 @@ bool is_hex64(const std::string& s) {
   for (char c : s)
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   return true;
+}
+
+// The experts of every layer slot against the model's: model_config.moe.n_experts (a mixture of
+// experts) or no model_config.moe (a dense FFN), naming the layer and both values.
+void check_experts(const VindexIndex& x, const json& mc, const std::string& name) {
+  int64_t n_experts = 0;
+  if (mc.contains("moe")) {
+    const json& moe = mc["moe"];
+    if (!moe.is_object() || !moe.contains("n_experts") || !moe["n_experts"].is_number_integer())
+      bad(name, "model_config.moe.n_experts must be an integer (the model's experts per layer)");
+    n_experts = moe["n_experts"].get<int64_t>();
+  }
+  for (const LayerSlot& s : x.layers) {
+    if (s.num_experts == n_experts) continue;
+    const std::string at = "layers[" + std::to_string(s.layer) + "]";
+    if (n_experts == 0)
+      bad(name, at + ".num_experts = " + std::to_string(s.num_experts) +
+                    ", but model_config has no moe (a dense model: a layer slot has no experts)");
+    if (s.num_experts == 0)
+      bad(name, at + " has no num_experts, but model_config.moe.n_experts = " + std::to_string(n_experts) +
+                    " (every layer slot of a mixture of experts lists them)");
+    bad(name, at + ".num_experts = " + std::to_string(s.num_experts) + " differs from model_config.moe.n_experts = " +
+                  std::to_string(n_experts));
+  }
 }
 
 }  // namespace
@@ -100,7 +125,10 @@ VindexIndex parse_index(const std::string& text, const std::string& name) {
   }
   if (!j.is_object()) bad(name, "not a JSON object");
   VindexIndex x;
-  x.version = need_int(j, "version", name, 1, 1000);
+  x.version = need_int(j, "version", name, 0, int64_t{1} << 40);
+  if (x.version != kLayoutVersion)
+    bad(name, "\"version\" = " + std::to_string(x.version) + " is not supported (this larql reads layout version " +
+                  std::to_string(kLayoutVersion) + ")");
   x.vindex_spec_version = need_int(j, "vindex_spec_version", name, 0, 1000);
   if (x.vindex_spec_version != 1)
     bad(name, "vindex_spec_version " + std::to_string(x.vindex_spec_version) + " is not supported (this larql reads 1)");
@@ -175,8 +203,10 @@ VindexIndex parse_index(const std::string& text, const std::string& name) {
     x.layers.push_back(s);
   }
   if (j.contains("model_config")) {
-    if (!j["model_config"].is_object()) bad(name, "\"model_config\" must be an object");
-    x.model_config_json = j["model_config"].dump();
+    const json& mc = j["model_config"];
+    if (!mc.is_object()) bad(name, "\"model_config\" must be an object");
+    x.model_config_json = mc.dump();
+    check_experts(x, mc, name);
   }
   if (j.contains("checksums")) {
     const json& c = j["checksums"];

@@ -79,9 +79,10 @@ int dtype_size(const std::string& dtype);
 
 /// Parse and validate index.json text. Errors: Format naming the field (`name` is the file
 /// name used in messages): not JSON / not an object, a missing or mistyped required field, an
-/// unknown extract_level / dtype / quant, vindex_spec_version other than 1, layers not one per
-/// layer in order, a slot whose length is not num_features x hidden_size x dtype size, slots that
-/// overlap or leave gaps, a band outside the layers, a checksum key that is not a plain file name
+/// unknown extract_level / dtype / quant, a "version" other than 2 or a vindex_spec_version other
+/// than 1 (the message names the supported value), layers not one per layer in order, a slot's
+/// num_experts that differs from model_config.moe.n_experts (or experts in a dense model), a slot
+/// whose length is not num_features x hidden_size x dtype size, slots that overlap or leave gaps, a band outside the layers, a checksum key that is not a plain file name
 /// in the directory ("../x", "a/b", "index.json") or a value that is not 64 hex digits.
 VindexIndex parse_index(const std::string& text, const std::string& name = "index.json");
 /// Serialise (pretty-printed, keys sorted), unknown fields included.

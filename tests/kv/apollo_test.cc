@@ -97,7 +97,7 @@ TEST(ApolloStore, RoundTripsAndRejectsBadFiles) {
   ASSERT_EQ(r.entries.size(), s.entries.size());
   EXPECT_EQ(r.entries[7].token, s.entries[7].token);
   EXPECT_EQ(r.entries[7].coefficient, s.entries[7].coefficient);
-  expect_error(ErrorKind::InvariantViolation, [&] { load_apollo_store(p, "model-b", 1000); }, "another model");
+  expect_error(ErrorKind::InvalidArgument, [&] { load_apollo_store(p, "model-b", 1000); }, "another model");
   expect_error(ErrorKind::Format, [&] { load_apollo_store(p, "model-a", 300); }, "ids beyond the vocabulary");
   // Truncate the file at every 97th byte: always a clean Format error, never a crash.
   std::ifstream in(p, std::ios::binary);
@@ -327,7 +327,7 @@ TEST_F(ApolloRealModel, ErrorsOfTheContract) {
   std_eng.save_state(state);
   ApolloOptions wrong;
   wrong.store = state;
-  expect_error(ErrorKind::InvariantViolation, [&] { ApolloEngine(fwd_, wrong); }, "state file as a store");
+  expect_error(ErrorKind::InvalidArgument, [&] { ApolloEngine(fwd_, wrong); }, "state file as a store");
   std::remove(state.c_str());
 }
 
@@ -429,9 +429,9 @@ TEST_F(ApolloRealModel, StateFileContinuesIdentically) {
   other->load_state(p);
   EXPECT_EQ(max_abs_diff(direct, logits_of(*fwd_, other->decode_step(1234))), 0.0f);
   StandardEngine std_eng(fwd_, 0);
-  expect_error(ErrorKind::InvariantViolation, [&] { std_eng.load_state(p); }, "apollo state into standard");
+  expect_error(ErrorKind::InvalidArgument, [&] { std_eng.load_state(p); }, "apollo state into standard");
   auto different = make(4.0);
-  expect_error(ErrorKind::InvariantViolation, [&] { different->load_state(p); }, "other options");
+  expect_error(ErrorKind::InvalidArgument, [&] { different->load_state(p); }, "other options");
   std::remove(p.c_str());
 }
 

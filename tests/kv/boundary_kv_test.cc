@@ -144,7 +144,7 @@ TEST(BoundaryKv, ResumeFromArchiveContinuesIdentically) {
   EXPECT_EQ(boundary::archive_read(dir2 + "/r").tokens(), std::vector<int32_t>(ids.begin(), ids.begin() + 28));
   // Another model's archive is refused; a tampered payload fails the replay check.
   boundary::archive_create(dir2 + "/other", {"not-this-model", "other", 1, 64});
-  expect_error(ErrorKind::InvariantViolation, [&] { BoundaryKvEngine::resume(fwd2, opts(dir2, 4, "other")); }, "other model");
+  expect_error(ErrorKind::InvalidArgument, [&] { BoundaryKvEngine::resume(fwd2, opts(dir2, 4, "other")); }, "other model");
   auto arch = boundary::archive_read(dir + "/r");
   boundary::archive_create(dir2 + "/bad", {s.model->fingerprint(), "bad", 1, 64});
   arch.frames[1].payload[7] ^= 0x40;
@@ -178,9 +178,9 @@ TEST(BoundaryKv, SaveLoadStateContinuesAndErrors) {
   StandardEngine st(s.fwd, 0);
   st.prefill({2, 100});
   st.save_state(dir + "/std.state");
-  expect_error(ErrorKind::InvariantViolation, [&] { b.load_state(dir + "/std.state"); }, "standard's file");
+  expect_error(ErrorKind::InvalidArgument, [&] { b.load_state(dir + "/std.state"); }, "standard's file");
   BoundaryKvEngine c(s.fwd, opts(dir, 8, "st"));
-  expect_error(ErrorKind::InvariantViolation, [&] { c.load_state(state); }, "other chunk size");
+  expect_error(ErrorKind::InvalidArgument, [&] { c.load_state(state); }, "other chunk size");
   // Context overflow (synthetic context 64).
   BoundaryKvEngine d(s.fwd, opts(dir, 4, "ov"));
   expect_error(ErrorKind::ContextOverflow, [&] { d.prefill(pseudo_text(65, 6, 200, 1)); });

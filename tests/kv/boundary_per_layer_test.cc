@@ -221,7 +221,7 @@ TEST(BoundaryPerLayerRealModel, HeldOutKlWithinCalibratedBound_RecordChecks) {
     make_boundary_per_layer(fwd, file, 0, 0, -1);
     ADD_FAILURE() << "record for another fingerprint accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::InvariantViolation) << e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
   }
   clear_inputs();
   write_bpl_record(file, rec);

@@ -1,7 +1,7 @@
 // The contract every engine shares (docs/engines.md "Interface", kv/engine.h), checked uniformly over the engines as
 // `--engine` builds them, on the synthetic model: decode before prefill is InvariantViolation,
 // an empty prompt is EmptyPrompt, save_state then load_state (into a fresh engine) continues with
-// identical logits, and a state file from another engine is refused with InvariantViolation.
+// identical logits, and a state file from another engine is refused with InvalidArgument.
 // (apollo needs a store and boundary-per-layer a calibration record: their own test files run
 // the same checks, apollo_test.cc and boundary_per_layer_test.cc.)
 // Each engine runs from both weight sources: the synthetic GGUF, and a vindex extracted from it
@@ -96,7 +96,7 @@ TEST_P(EngineContract, ErrorsSaveLoadAndForeignState) {
   const std::string foreign = dir_ + "/foreign.state";
   other->save_state(foreign);
   auto fresh = make();
-  expect_error(ErrorKind::InvariantViolation, [&] { fresh->load_state(foreign); }, "state of " + other_spec);
+  expect_error(ErrorKind::InvalidArgument, [&] { fresh->load_state(foreign); }, "state of " + other_spec);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -104,7 +104,7 @@ TEST_P(FamilyContract, ExactEnginesEqualStandardAndStateResumes) {
   const std::string foreign = dir_ + "/foreign.state";
   other->save_state(foreign);
   auto fresh = make(spec);
-  expect_error(ErrorKind::InvariantViolation, [&] { fresh->load_state(foreign); }, "state of " + other_spec);
+  expect_error(ErrorKind::InvalidArgument, [&] { fresh->load_state(foreign); }, "state of " + other_spec);
 }
 
 TEST(FamilyContract, MarkovRsFollowsTheRecord) {

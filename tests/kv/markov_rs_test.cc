@@ -99,11 +99,11 @@ TEST(NoCacheEngine, ErrorsAndStateFile) {
   for (size_t i = 10; i < 20; ++i) EXPECT_EQ(fx.logits(nc.decode_step(toks[i])), fx.logits(other.decode_step(toks[i])));
   // Another engine's file is refused, both ways.
   StandardEngine st(fx.fwd, 0);
-  expect_error(ErrorKind::InvariantViolation, [&] { st.load_state(path); });
+  expect_error(ErrorKind::InvalidArgument, [&] { st.load_state(path); });
   st.prefill(toks);
   const std::string spath = temp_path("st.state");
   st.save_state(spath);
-  expect_error(ErrorKind::InvariantViolation, [&] { other.load_state(spath); });
+  expect_error(ErrorKind::InvalidArgument, [&] { other.load_state(spath); });
   std::filesystem::remove(path);
   std::filesystem::remove(spath);
 }
@@ -172,11 +172,11 @@ TEST(MarkovRsEngine, SaveLoadContinuesIdentically) {
             << cold_codec_name(codec) << " window=" << w << " step " << i;
       // Another config / engine / model's state is refused.
       MarkovRsEngine other_window(fx.fwd, w + 3, codec);
-      expect_error(ErrorKind::InvariantViolation, [&] { other_window.load_state(path); }, "window");
+      expect_error(ErrorKind::InvalidArgument, [&] { other_window.load_state(path); }, "window");
       MarkovRsEngine other_codec(fx.fwd, w, codec == ColdCodec::Int8 ? ColdCodec::Bf16 : ColdCodec::Int8);
-      expect_error(ErrorKind::InvariantViolation, [&] { other_codec.load_state(path); }, "codec");
+      expect_error(ErrorKind::InvalidArgument, [&] { other_codec.load_state(path); }, "codec");
       StandardEngine st(fx.fwd, 0);
-      expect_error(ErrorKind::InvariantViolation, [&] { st.load_state(path); }, "standard");
+      expect_error(ErrorKind::InvalidArgument, [&] { st.load_state(path); }, "standard");
       std::filesystem::remove(path);
     }
   }
@@ -190,7 +190,7 @@ TEST(MarkovRsEngine, SaveLoadContinuesIdentically) {
   const std::string path = temp_path("mrs-other.state");
   a.save_state(path);
   MarkovRsEngine b(fx.fwd, 2);
-  expect_error(ErrorKind::InvariantViolation, [&] { b.load_state(path); }, "model");
+  expect_error(ErrorKind::InvalidArgument, [&] { b.load_state(path); }, "model");
   std::filesystem::remove(path);
 }
 

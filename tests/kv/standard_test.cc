@@ -242,13 +242,13 @@ TEST(StandardEngine, StateFromAnotherModelOrEngineConfigIsRefused) {
   a.prefill({2, 100, 101});
   a.save_state(path);
   StandardEngine b(fx.fwd, 0);
-  expect_error(ErrorKind::InvariantViolation, [&] { b.load_state(path); }, "other model");
+  expect_error(ErrorKind::InvalidArgument, [&] { b.load_state(path); }, "other model");
   EXPECT_THROW(b.decode_step(5), Error);  // still not started
   // A state saved with window=5 does not load into an unbounded engine.
   StandardEngine w(fx.fwd, 5);
   w.prefill({2, 100, 101});
   w.save_state(path);
-  expect_error(ErrorKind::InvariantViolation, [&] { b.load_state(path); }, "other config");
+  expect_error(ErrorKind::InvalidArgument, [&] { b.load_state(path); }, "other config");
   std::filesystem::remove(path);
 }
 

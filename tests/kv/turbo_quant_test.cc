@@ -580,12 +580,12 @@ TEST(TurboQuantEngine, SaveLoadContinuesAndRefusesForeignState) {
   }
   // Refusals: the other bit width, the standard engine's file, another model's file.
   TurboQuantEngine t3(fx.fwd, 3);
-  expect_error(ErrorKind::InvariantViolation, [&] { t3.load_state(path); }, "4-bit state into 3-bit");  // path has bits=4
+  expect_error(ErrorKind::InvalidArgument, [&] { t3.load_state(path); }, "4-bit state into 3-bit");  // path has bits=4
   StandardEngine st(fx.fwd, 0);
   st.prefill({2, 100, 101});
   st.save_state(other);
-  expect_error(ErrorKind::InvariantViolation, [&] { t3.load_state(other); }, "standard's file");
-  expect_error(ErrorKind::InvariantViolation, [&] { st.load_state(path); }, "standard loading turbo's file");
+  expect_error(ErrorKind::InvalidArgument, [&] { t3.load_state(other); }, "standard's file");
+  expect_error(ErrorKind::InvalidArgument, [&] { st.load_state(path); }, "standard loading turbo's file");
   SyntheticSpec s2;
   s2.seed = 2;
   Fixture fy(s2);
@@ -593,7 +593,7 @@ TEST(TurboQuantEngine, SaveLoadContinuesAndRefusesForeignState) {
   y.prefill({2, 100, 101});
   y.save_state(other);
   TurboQuantEngine x4(fx.fwd, 4);
-  expect_error(ErrorKind::InvariantViolation, [&] { x4.load_state(other); }, "another model");
+  expect_error(ErrorKind::InvalidArgument, [&] { x4.load_state(other); }, "another model");
   expect_error(ErrorKind::InvariantViolation, [&] { x4.decode_step(5); }, "still unstarted");
   // The first codec's payload (no version word: the bit width came first) and another exact
   // window are refused by name.
@@ -605,7 +605,7 @@ TEST(TurboQuantEngine, SaveLoadContinuesAndRefusesForeignState) {
     TurboQuantEngine r3(fx.fwd, 4, 3);
     r3.prefill({2, 100, 101});
     r3.save_state(other);
-    expect_error(ErrorKind::InvariantViolation, [&] { x4.load_state(other); }, "recent=3 into recent=16");
+    expect_error(ErrorKind::InvalidArgument, [&] { x4.load_state(other); }, "recent=3 into recent=16");
   }
   // Truncated files are Format errors.
   std::vector<char> bytes;

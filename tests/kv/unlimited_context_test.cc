@@ -163,12 +163,12 @@ TEST(UnlimitedContext, SaveLoadRegistryAndErrors) {
     if (n == 19) expect_same_kv(b.replay(1), a.replay(1));
   }
   UnlimitedContextEngine other(s.fwd, 4);
-  expect_error(ErrorKind::InvariantViolation, [&] { other.load_state(path); }, "other window");
+  expect_error(ErrorKind::InvalidArgument, [&] { other.load_state(path); }, "other window");
   // A window below the sliding window (4) would cut the sliding layers' span.
   expect_error(ErrorKind::InvalidArgument, [&] { UnlimitedContextEngine(s.fwd, 3); }, "window 3");
   expect_error(ErrorKind::InvalidArgument, [&] { make_engine(parse_engine_spec("unlimited:window=2"), s.fwd); }, "window=2");
   StandardEngine st(s.fwd, 0);
-  expect_error(ErrorKind::InvariantViolation, [&] { st.load_state(path); }, "standard reading ours");
+  expect_error(ErrorKind::InvalidArgument, [&] { st.load_state(path); }, "standard reading ours");
   std::filesystem::remove(path);
   expect_error(ErrorKind::ContextOverflow, [&] { a.prefill(pseudo_text(65, 6, 200, 1)); });
   auto e = make_engine(parse_engine_spec("unlimited"), s.fwd);
@@ -181,7 +181,7 @@ TEST(UnlimitedContext, SaveLoadRegistryAndErrors) {
     UnlimitedContextEngine with(s.fwd, 8), without(s.fwd, 8, false);
     with.prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 19));
     with.save_state(path);
-    expect_error(ErrorKind::InvariantViolation, [&] { without.load_state(path); }, "sink=0 reading sink=1");
+    expect_error(ErrorKind::InvalidArgument, [&] { without.load_state(path); }, "sink=0 reading sink=1");
     std::filesystem::remove(path);
   }
   expect_error(ErrorKind::InvalidArgument, [&] { parse_engine_spec("unlimited-context:window=x"); });

@@ -99,7 +99,9 @@ TEST(FfnFeatures, ConfigJsonKeepsTheMixture) {
     config_from_json(config_to_json(c), "test");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("n_experts_used = 5 is more than n_experts = 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model_config.moe.n_experts_used = 5 is more than model_config.moe.n_experts = 4"),
+              std::string::npos)
+        << e.what();
   }
 }
 

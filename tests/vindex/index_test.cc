@@ -112,6 +112,7 @@ TEST(IndexTest, RejectsWhatIsWrongNamingIt) {
 // experts first, then the shared expert (docs/vindex-format.md "Experts").
 TEST(IndexTest, ExpertSlots) {
   json j = sample();
+  j.erase("model_config");  // no model_config: nothing to check the slots against
   j["layers"][0]["num_experts"] = 1;
   j["layers"][0]["num_features_per_expert"] = 2;  // 1 expert x 2, then 1 shared feature
   const VindexIndex x = parse_index(j.dump());
@@ -122,7 +123,7 @@ TEST(IndexTest, ExpertSlots) {
   EXPECT_EQ(expert_of(x.layers[0], 1), 0);
   EXPECT_EQ(expert_of(x.layers[0], 2), -2);
   EXPECT_EQ(expert_of(x.layers[1], 1), -1);
-  const json back = json::parse(serialize_index(x));
+  json back = json::parse(serialize_index(x));
   EXPECT_EQ(back["layers"], j["layers"]);
   EXPECT_FALSE(back["layers"][1].contains("num_experts"));
   json k = j;
@@ -134,6 +135,59 @@ TEST(IndexTest, ExpertSlots) {
   k = j;
   k["layers"][0]["num_experts"] = 0;
   expect_format(k, "\"num_experts\" = 0");
+}
+
+// index.json "version" is the original's layout version, 2 (docs/vindex-format.md "index.json"):
+// a later one (a file this larql cannot read) is refused naming the file, the key and the value
+// it reads.
+TEST(IndexTest, RefusesALayoutVersionItDoesNotRead) {
+  for (int64_t v : {99, 1, 3}) {
+    json j = sample();
+    j["version"] = v;
+    try {
+      parse_index(j.dump(), "/x/gemma.vindex/index.json");
+      ADD_FAILURE() << "version " << v << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Format);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("/x/gemma.vindex/index.json"), std::string::npos) << m;
+      EXPECT_NE(m.find("\"version\" = " + std::to_string(v) + " is not supported"), std::string::npos) << m;
+      EXPECT_NE(m.find("layout version 2"), std::string::npos) << m;
+    }
+  }
+  json j = sample();
+  j["version"] = "2";
+  expect_format(j, "\"version\" must be an integer");
+}
+
+// Every layer slot's num_experts is the model's model_config.moe.n_experts (extract writes both
+// from one config; docs/vindex-format.md "Experts"): a slot that disagrees, experts in a dense
+// model or a slot without experts in a mixture is refused naming the layer and both values.
+TEST(IndexTest, ExpertSlotsAgreeWithTheModelConfig) {
+  json j = sample();
+  j["model_config"] = {{"moe", {{"n_experts", 1}, {"n_experts_used", 1}}}};
+  for (int l : {0, 1}) {
+    j["layers"][l]["num_experts"] = 1;
+    j["layers"][l]["num_features_per_expert"] = 2;
+  }
+  EXPECT_EQ(parse_index(j.dump()).layers[1].num_experts, 1);  // consistent: accepted
+  json k = j;
+  k["model_config"]["moe"]["n_experts"] = 8;
+  expect_format(k, "layers[0].num_experts = 1 differs from model_config.moe.n_experts = 8");
+  k = j;
+  k["layers"][1]["num_experts"] = 2;
+  k["layers"][1]["num_features_per_expert"] = 1;
+  expect_format(k, "layers[1].num_experts = 2 differs from model_config.moe.n_experts = 1");
+  k = j;
+  k["layers"][1].erase("num_experts");
+  k["layers"][1].erase("num_features_per_expert");
+  expect_format(k, "layers[1] has no num_experts, but model_config.moe.n_experts = 1");
+  k = j;
+  k["model_config"].erase("moe");
+  expect_format(k, "layers[0].num_experts = 1, but model_config has no moe");
+  k = j;
+  k["model_config"]["moe"]["n_experts"] = "1";
+  expect_format(k, "model_config.moe.n_experts must be an integer");
 }
 
 class VerifyTest : public ::testing::Test {

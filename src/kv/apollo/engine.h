@@ -42,7 +42,8 @@ struct ApolloOptions {
 /// the whole document in context (`larql apollo eval`).
 /// Errors: RetrievalMiss (constructor: no store given; prefill: the router's best window holds
 /// less than min_coverage of the query's content weight — the query is not about the document);
-/// EmptyPrompt; InvariantViolation (decode before prefill; a store or state from another model);
+/// EmptyPrompt; InvariantViolation (decode before prefill); InvalidArgument (a store or state from
+/// another model);
 /// ContextOverflow; InvalidArgument (layer >= n_layers); NotFound / Format (store file).
 class ApolloEngine : public Engine {
  public:

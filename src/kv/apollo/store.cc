@@ -139,9 +139,9 @@ ApolloStore load_apollo_store(const std::string& path, const std::string& expect
   } catch (const Error& e) {
     // A file of the container format but another kind (an engine state file), or another model.
     const std::string what = e.what();
-    if (e.kind() == ErrorKind::InvariantViolation && what.find("saved by engine") != std::string::npos)
-      throw Error(ErrorKind::InvariantViolation, path + ": not an apollo store (" + what.substr(what.find("saved by engine") + 9) +
-                                                     "; build one with `larql apollo build`)");
+    if (e.kind() == ErrorKind::InvalidArgument && what.find("saved by engine") != std::string::npos)
+      throw Error(ErrorKind::InvalidArgument, path + ": not an apollo store (" + what.substr(what.find("saved by engine") + 9) +
+                                                  "; build one with `larql apollo build`)");
     if (e.kind() == ErrorKind::Format && what.find("bad magic") != std::string::npos)
       throw Error(ErrorKind::Format, path + ": not an apollo store (build one with `larql apollo build DOCUMENT -o STORE`)");
     throw;

@@ -12,7 +12,7 @@
 //   u64 n_win,  u64 (start, len)[n_win] windows: doc[start, start + len)
 //   u64 n_ent,  (u32 token, f32 coefficient, u32 window, u32 position)[n_ent]
 // A store is bound to the model it was built with (token ids mean nothing elsewhere): loading it
-// for another model is Error{InvariantViolation}.
+// for another model is Error{InvalidArgument}.
 #pragma once
 
 #include <cstdint>
@@ -72,7 +72,7 @@ ApolloStore build_apollo_store(const std::vector<int32_t>& doc, const Tokenizer&
 
 /// Write / read a store. Errors: Error{Io} (write), Error{NotFound} (missing file), Error{Format}
 /// (truncated or inconsistent: windows outside the document, entries outside their window,
-/// token ids >= vocab_size), Error{InvariantViolation} (built for another model).
+/// token ids >= vocab_size), Error{InvalidArgument} (built for another model).
 void save_apollo_store(const ApolloStore& store, const std::string& path);
 ApolloStore load_apollo_store(const std::string& path, const std::string& expect_fingerprint, int64_t vocab_size);
 
