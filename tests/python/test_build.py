@@ -302,3 +302,23 @@ def test_ten_facts_build_as_typed_by_hand(larql_bin, inference_vindex, tmp_path)
     assert steps(again) == {"edits": True}
     assert again["seconds"] < report["seconds"]
     assert tree_digest(built) == digest
+
+
+def test_labels_from_a_feature_labels_file(larql_bin, tmp_path, tiny_patch):
+    a = tiny_vindexfile(tmp_path / "a", tiny_patch)
+    build(larql_bin, a)
+    labelled = (a / "build" / "vindex" / "feature_labels.json").read_text()
+    assert json.loads(labelled)["relations"], "the probe set's relations are recorded"
+    # The labeller's output given back as a file: the same labels, byte for byte.
+    b = tiny_vindexfile(tmp_path / "b", tiny_patch)
+    (b / "labels.json").write_text(labelled)
+    (b / "Vindexfile").write_text((b / "Vindexfile").read_text().replace("LABELS relations.json", "LABELS labels.json"))
+    build(larql_bin, b)
+    assert (b / "build" / "vindex" / "feature_labels.json").read_text() == labelled
+    # A label for a feature the vindex lacks (the tiny model has 128 per layer) names the directive.
+    doc = json.loads(labelled)
+    doc["features"] = [{"layer": 1, "feature": 500, "relation": doc["relations"][0]["name"], "score": 0.5, "fires": 1,
+                        "of": 1, "examples": []}]
+    (b / "labels.json").write_text(json.dumps(doc))
+    r = build(larql_bin, b, check=False)
+    assert r.returncode == 1 and "Vindexfile:11:1: LABELS: " in r.stderr and "500" in r.stderr, r.stderr
