@@ -12,7 +12,9 @@
   damaged cache entry is redone.
 - kill -9 at random points of a build leaves the old vindex or the new one at the output, and the
   build after it (on what the killed ones left in the cache) gives the new one.
-- A syntax error names line:column, and no output is written.
+- LABELS from a feature_labels.json file gives the labeller's bytes back; one that names a
+  feature the vindex lacks is refused at its line.
+- A syntax error names line:column, and no output is written; build errors name their directive.
 """
 from __future__ import annotations
 
