@@ -208,7 +208,11 @@ class Parser {
     }
     if (kw == "FROM") {
       once(vf_.from, kw, p);
+      const Pos vp = skip_blanks(li, i);
       vf_.from.value = argument(li, i, kw, "the model or vindex to build on (a path or a model name)");
+      if (const size_t scheme = vf_.from.value->find("://"); scheme != std::string::npos && scheme > 0)
+        fail(vp, "FROM " + *vf_.from.value + ": remote sources (" + vf_.from.value->substr(0, scheme) +
+                     "://) are not read; download the model and give its path or name");
     } else if (kw == "LEVEL") {
       once(vf_.level, kw, p);
       const Pos vp = skip_blanks(li, i);

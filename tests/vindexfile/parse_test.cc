@@ -132,6 +132,7 @@ TEST(VindexfileParse, ErrorsNameLineAndColumn) {
   expect_error("FROM \"a\\qb\"\n", "1:8", "unknown escape \\q");
   expect_error("FROM a b\n", "1:8", "unexpected \"b\"");
   expect_error("FROM\n", "1:5", "FROM needs");
+  expect_error("FROM  hf://google/gemma-3-270m\n", "1:7", "remote sources (hf://) are not read");
   expect_error("FROM a\nPATCH\n", "2:6", "PATCH needs");
   // Columns count code points, not bytes: Ü, ï, ø and é are two bytes each in UTF-8.
   expect_error("FROM \"Ünïcødé\" x\n", "1:16", "unexpected \"x\"");
