@@ -155,10 +155,12 @@ class Parser {
     return {static_cast<int>(li) + 1, column(l, i)};
   }
 
-  /// Nothing but blanks may follow a directive's argument.
+  /// Nothing but blanks, and then a `#` comment, may follow a directive's argument.
   void end_of_line(size_t li, size_t i, const std::string& dir) {
     const std::string_view l = lines_[li];
+    const size_t after = i;
     while (i < l.size() && blank(l[i])) ++i;
+    if (i < l.size() && l[i] == '#' && i > after) return;
     if (i < l.size()) {
       size_t e = i;
       while (e < l.size() && !blank(l[e])) ++e;

@@ -2,8 +2,11 @@
 // errors at the line:column counted by hand from the texts below.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "util/error.h"
 #include "vindexfile/vindexfile.h"
@@ -90,6 +93,45 @@ TEST(VindexfileParse, ShortInsertKeepsTheFilesColumns) {
   EXPECT_EQ(ins.layer_pos.col, 33);
 }
 
+TEST(VindexfileParse, TrailingComments) {
+  const Vindexfile vf = parse("FROM a#b.gguf   # the model\nLEVEL all\t# every weight\nLABELS DEFAULT #\n");
+  EXPECT_EQ(*vf.from.value, "a#b.gguf");  // '#' inside a word is part of it
+  EXPECT_EQ(*vf.level.value, "all");
+  EXPECT_TRUE(vf.labels->builtin);
+}
+
+/// The ```-fenced blocks of a markdown file that hold a line starting with "FROM " (the example
+/// recipes; not the grammar), each with a leading "\n".
+std::vector<std::string> recipe_blocks(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  std::vector<std::string> out;
+  std::string line, block;
+  bool in = false;
+  while (std::getline(f, line)) {
+    if (line.rfind("```", 0) == 0) {
+      if (in && block.find("\nFROM ") != std::string::npos) out.push_back(block);
+      in = !in;
+      block = "\n";
+      continue;
+    }
+    if (in) block += line + "\n";
+  }
+  return out;
+}
+
+TEST(VindexfileParse, TheDocsExamplesParse) {
+  const char* root = std::getenv("LARQL_SOURCE_DIR");
+  ASSERT_NE(root, nullptr) << "LARQL_SOURCE_DIR is not set";
+  const auto blocks = recipe_blocks(std::string(root) + "/docs/vindexfile.md");
+  ASSERT_GE(blocks.size(), 1u);
+  for (const auto& b : blocks) {
+    const Vindexfile vf = parse(b.substr(1));
+    EXPECT_TRUE(vf.from.given());
+    EXPECT_GE(vf.edits.size(), 1u);
+  }
+}
+
 TEST(VindexfileParse, MinimalAndLineEndings) {
   const Vindexfile vf = parse("\xEF\xBB\xBF" "FROM 'a b.vindex'\r\nLABELS \"DEFAULT\"\r\n");
   EXPECT_EQ(*vf.from.value, "a b.vindex");
@@ -131,6 +173,7 @@ TEST(VindexfileParse, ErrorsNameLineAndColumn) {
   expect_error("FROM \"unterminated\n", "1:6", "unterminated string");
   expect_error("FROM \"a\\qb\"\n", "1:8", "unknown escape \\q");
   expect_error("FROM a b\n", "1:8", "unexpected \"b\"");
+  expect_error("FROM a b # c\n", "1:8", "unexpected \"b\"");
   expect_error("FROM\n", "1:5", "FROM needs");
   expect_error("FROM  hf://google/gemma-3-270m\n", "1:7", "remote sources (hf://) are not read");
   expect_error("FROM a\nPATCH\n", "2:6", "PATCH needs");
