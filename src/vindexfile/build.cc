@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <filesystem>
@@ -113,7 +114,9 @@ class Builder {
         const auto ts = std::chrono::steady_clock::now();
         s.run(input, s.entry);
         rep.seconds = since(ts);
-        say("step " + s.name + ": done in " + std::to_string(rep.seconds).substr(0, 5) + " s");
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%.2f", rep.seconds);
+        say("step " + s.name + ": done in " + secs + " s");
       }
       r.steps.push_back(rep);
       input = s.entry;
@@ -323,8 +326,8 @@ class Builder {
     std::error_code ec;
     fs::remove_all(staging, ec);
     try {
-      // Without the cache the scratch directory goes at the end: copies, not links, are not
-      // needed (a link keeps the data), so links either way.
+      // Links also without the cache: the scratch directory goes at the end, and a link keeps
+      // the data.
       detail::link_tree(last, staging);
       if (fs::exists(target_, ec) && fs::is_empty(target_, ec)) fs::remove(target_, ec);
       replace_directory(staging.string(), target_.string());
