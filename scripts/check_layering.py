@@ -34,7 +34,8 @@ LAYERS = {
     "shard": ["inference"],
     "api": ["kv", "lql", "shard"],
     "server": ["api", "kv", "lql"],
-    "cli": ["api", "kv", "accuracy", "extract", "lql", "server", "shard"],
+    "vindexfile": ["extract", "lql"],
+    "cli": ["api", "kv", "accuracy", "extract", "lql", "server", "shard", "vindexfile"],
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')

@@ -130,6 +130,7 @@ void register_apollo(CLI::App& app);
 void register_lql(CLI::App& app);      // the LQL REPL and scripts
 void register_serve(CLI::App& app);    // the HTTP server
 void register_extract(CLI::App& app);  // extract, convert gguf-to-vindex, verify
+void register_build(CLI::App& app);    // a vindex from a Vindexfile
 void register_slice(CLI::App& app);
 void register_export(CLI::App& app);
 void register_cache(CLI::App& app);    // list, link, rm

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   larql::cli::register_calibrate(app);
   larql::cli::register_apollo(app);
   larql::cli::register_extract(app);
+  larql::cli::register_build(app);
   larql::cli::register_slice(app);
   larql::cli::register_export(app);
   larql::cli::register_compile(app);

@@ -10,8 +10,11 @@
 
 #include "cli/common.h"
 #include "cli/serve_shard.h"
+#include "model/hf_source.h"
 #include "server/http.h"
 #include "server/lql_routes.h"
+#include "server/model_pool.h"
+#include "server/model_router.h"
 #include "server/routes.h"
 #include "server/scheduler.h"
 #include "server/static_files.h"
@@ -52,11 +55,97 @@ struct ServeArgs {
   std::string session_dir;
   int session_max = 64;
   int64_t session_max_mb = 1024;
+  int64_t max_resident_mb = 0;
 };
 
 std::string trim_line(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
   return s;
+}
+
+/// What serving one model takes: its scheduler, LQL routes and OpenAI routes over one loaded
+/// model (server/model_pool.h Resident, so a directory's pool can load and unload it).
+struct Stack : server::Resident {
+  std::shared_ptr<api::LoadedModel> model;
+  std::shared_ptr<Forward> forward;
+  std::unique_ptr<server::Scheduler> sched;
+  std::unique_ptr<server::Api> api;
+  ~Stack() override {
+    api.reset();
+    if (sched) sched->stop(/*cancel_running=*/true);
+  }
+};
+
+/// Everything one model's routes need, shared by every model of a directory.
+struct Shared {
+  const ServeArgs* args = nullptr;
+  EngineSpec spec;
+  std::shared_ptr<server::SessionStore> sessions;
+  std::atomic<bool>* lql_cancel = nullptr;
+  const server::HttpServer* http = nullptr;
+};
+
+/// The routes of `handle` under the id `model_id`, run by `forward` (load()'s: with --ffn remote
+/// it carries the remote FFNs), after a warm-up token (which touches every weight page before the
+/// first client).
+std::unique_ptr<Stack> make_stack(std::shared_ptr<api::LoadedModel> handle, std::shared_ptr<Forward> forward,
+                                  const std::string& model_id, const Shared& sh) {
+  const ServeArgs& a = *sh.args;
+  auto st = std::make_unique<Stack>();
+  st->model = std::move(handle);
+  const api::LoadedModel& m = *st->model;
+  st->forward = std::move(forward);
+  const int64_t model_ctx = m.config().context_length;
+  if (a.ctx_size > model_ctx)
+    throw Error(ErrorKind::Usage, "--ctx-size must be at most this model's context, " + std::to_string(model_ctx) + " (" + model_id + ")");
+  {
+    const Tokenizer& tok = m.tokenizer();
+    auto eng = make_engine(sh.spec, st->forward->sibling());  // with the runner's FFNs (--ffn remote)
+    const auto h = eng->prefill({tok.bos_id() >= 0 ? tok.bos_id() : 0});
+    std::vector<float> logits(static_cast<size_t>(m.config().vocab));
+    st->forward->logits(h.data(), 1, logits.data());
+  }
+  server::SchedulerOptions so;
+  so.max_batch = a.max_batch;
+  so.max_queue = a.max_queue;
+  so.context = a.ctx_size;
+  st->sched = std::make_unique<server::Scheduler>(st->forward, m.tokenizer(), so);
+  server::ApiOptions ao;
+  ao.model_id = model_id;
+  ao.default_engine = sh.spec;
+  ao.max_prompt_tokens = a.max_prompt_tokens;
+  ao.max_tokens_limit = a.max_tokens;
+  ao.request_timeout_s = a.timeout_s;
+  ao.console = !a.no_ui;
+  // LQL over HTTP: on a vindex (what `larql lql` opens); on anything else its routes answer 400.
+  server::LqlOptions lo;
+  {
+    std::error_code ec;
+    const std::string path = m.path();
+    if (std::filesystem::is_directory(path, ec) && std::filesystem::exists(std::filesystem::path(path) / "index.json", ec))
+      lo.vindex = path;
+  }
+  lo.model_path = m.path();
+  lo.max_sessions = static_cast<size_t>(a.max_lql_sessions);
+  lo.session_ttl_s = a.lql_session_ttl;
+  lo.allow_files = a.lql_allow_files;
+  lo.pool = m.pool();
+  lo.cancel = sh.lql_cancel;
+  ao.lql = std::make_shared<server::LqlApi>(lo);
+  ao.sessions = sh.sessions;
+  ao.shards = m.ffn_shards();
+  st->api = std::make_unique<server::Api>(st->forward, m.tokenizer(), *st->sched, sh.http, ao);
+  Stack* raw = st.get();
+  st->handle = [raw](const server::Request& q, server::Responder& r) { (*raw->api)(q, r); };
+  st->stop = [raw](bool cancel_running) { raw->sched->stop(cancel_running); };
+  return st;
+}
+
+/// Whether MODEL is a directory of models (not itself a vindex or a Hugging Face directory).
+bool is_model_directory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) && !std::filesystem::exists(std::filesystem::path(path) / "index.json", ec) &&
+         !is_hf_model_dir(path);
 }
 
 void serve(ServeArgs& a) {
@@ -73,6 +162,13 @@ void serve(ServeArgs& a) {
     key = trim_line(read_text_file(a.api_key_file, "the API key file", 4096));
     if (key.empty()) throw Error(ErrorKind::InvalidArgument, "the API key file " + a.api_key_file + " is empty");
   }
+  const bool dir_mode = is_model_directory(a.model);
+  if (dir_mode && !a.alias.empty())
+    throw Error(ErrorKind::Usage, "--alias names the one model served; a directory's models go by their file names");
+  if (dir_mode && !a.ffn.ffn.empty())
+    throw Error(ErrorKind::Usage, "--ffn runs one model's FFN on shards; serve that model alone, not a directory");
+  if (!dir_mode && a.max_resident_mb > 0)
+    throw Error(ErrorKind::Usage, "--max-resident-mb applies to a directory of models (larql serve DIR/)");
   // Signals go to one waiting thread, never to a thread in the middle of a decode step.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -81,28 +177,36 @@ void serve(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  Loaded l = load(a.model, a.threads, "serve", &a.ffn);
-  const int64_t model_ctx = l.model->config().context_length;
-  if (a.ctx_size > model_ctx)
-    throw Error(ErrorKind::Usage, "--ctx-size must be at most this model's context, " + std::to_string(model_ctx));
-  // Warm-up: one token through the model touches every weight page before the first client.
-  {
-    std::vector<float> x(static_cast<size_t>(l.model->config().hidden));
-    auto eng = make_engine(spec, l.forward->sibling());
-    const auto h = eng->prefill({l.tokenizer.bos_id() >= 0 ? l.tokenizer.bos_id() : 0});
-    std::vector<float> logits(static_cast<size_t>(l.model->config().vocab));
-    l.forward->logits(h.data(), 1, logits.data());
-  }
-  // Before the scheduler: its jobs hold leases on the store until they end.
+  // Before the schedulers: their jobs hold leases on the store until they end.
   auto sessions = std::make_shared<server::SessionStore>(a.session_dir, a.session_max,
                                                          static_cast<uint64_t>(a.session_max_mb) << 20);
   // Set when the SIGTERM drain ends: LQL statements still running stop (503).
   std::atomic<bool> lql_cancel{false};
-  server::SchedulerOptions so;
-  so.max_batch = a.max_batch;
-  so.max_queue = a.max_queue;
-  so.context = a.ctx_size;
-  server::Scheduler sched(l.forward, l.tokenizer, so);
+  Shared sh{&a, spec, sessions, &lql_cancel, nullptr};
+
+  std::unique_ptr<Stack> single;
+  std::unique_ptr<server::ModelPool> pool;
+  std::string banner;
+  if (dir_mode) {
+    std::vector<std::string> skipped;
+    auto entries = server::scan_model_dir(a.model, &skipped);
+    for (const auto& s : skipped) std::fprintf(stderr, "larql serve: skipping %s\n", s.c_str());
+    // One compute pool for every model: a request runs on one model at a time per thread.
+    if (a.threads > 0 && std::thread::hardware_concurrency() > 0 && static_cast<unsigned>(a.threads) > std::thread::hardware_concurrency())
+      std::fprintf(stderr, "warning: --threads %d is more than this machine's %u cores; it runs many times slower\n", a.threads,
+                   std::thread::hardware_concurrency());
+    auto compute = std::make_shared<ThreadPool>(a.threads);
+    pool = std::make_unique<server::ModelPool>(
+        entries, static_cast<uint64_t>(a.max_resident_mb) << 20, [&sh, compute](const server::ModelEntry& e) {
+          std::fprintf(stderr, "larql serve: loading %s (%s, %.1f MiB)\n", e.id.c_str(), e.path.c_str(), e.bytes / 1048576.0);
+          api::check_model_dir(e.path, "serve");
+          auto handle = api::LoadedModel::wrap(Model::load(e.path), compute);
+          return std::unique_ptr<server::Resident>(make_stack(handle, handle->forward(), e.id, sh));
+        });
+    banner = std::to_string(entries.size()) + " models in " + a.model + " (loaded on first request" +
+             (a.max_resident_mb > 0 ? ", at most " + std::to_string(a.max_resident_mb) + " MiB resident" : std::string()) +
+             ", " + std::to_string(compute->size()) + " threads)";
+  }
 
   server::HttpOptions ho;
   ho.host = a.host;
@@ -119,47 +223,37 @@ void serve(ServeArgs& a) {
   // the final chunk and [DONE]), LQL statements with 503, before the connections are cut.
   ho.on_drain_end = [&] {
     lql_cancel = true;
-    sched.stop(/*cancel_running=*/true);
+    if (single) single->sched->stop(/*cancel_running=*/true);
+    if (pool) pool->stop_all(/*cancel_running=*/true);
   };
   ho.drain_timeout_s = a.drain_s;
   ho.tls_cert = a.tls_cert;
   ho.tls_key = a.tls_key;
   if (!a.no_ui) ho.public_path = server::is_console_path;  // the console's files; its API calls carry the key
-  server::ApiOptions ao;
-  // The id clients see: --alias, else the file's or directory's name without its extension
-  // (llama.cpp's server names the model by its path too).
-  ao.model_id = a.alias;
-  if (ao.model_id.empty()) {
-    std::filesystem::path p(l.model->path());
-    if (!p.has_filename()) p = p.parent_path();
-    ao.model_id = p.stem().string();
+  std::unique_ptr<server::ModelRouter> router;
+  server::Handler route;
+  if (dir_mode) {
+    router = std::make_unique<server::ModelRouter>(*pool, !a.no_ui);
+    route = [&router](const server::Request& q, server::Responder& r) { (*router)(q, r); };
+  } else {
+    route = [&single](const server::Request& q, server::Responder& r) { single->handle(q, r); };
   }
-  ao.default_engine = spec;
-  ao.max_prompt_tokens = a.max_prompt_tokens;
-  ao.max_tokens_limit = a.max_tokens;
-  ao.request_timeout_s = a.timeout_s;
-  ao.console = !a.no_ui;
-  // LQL over HTTP: on a vindex (what `larql lql` opens); on anything else its routes answer 400.
-  server::LqlOptions lo;
-  {
-    std::error_code ec;
-    const std::string path = l.model->path();
-    if (std::filesystem::is_directory(path, ec) && std::filesystem::exists(std::filesystem::path(path) / "index.json", ec))
-      lo.vindex = path;
+  auto http = std::make_unique<server::HttpServer>(ho, route);
+  sh.http = http.get();
+  if (!dir_mode) {
+    Loaded l = load(a.model, a.threads, "serve", &a.ffn);
+    // The id clients see: --alias, else the file's or directory's name without its extension
+    // (llama.cpp's server names the model by its path too).
+    std::string id = a.alias;
+    if (id.empty()) {
+      std::filesystem::path p(l.model->path());
+      if (!p.has_filename()) p = p.parent_path();
+      id = p.stem().string();
+    }
+    single = make_stack(l.handle, l.forward, id, sh);
+    banner = id + " (" + spec.to_string() + " engine, " + std::to_string(l.handle->threads()) + " threads, " +
+             std::to_string(a.max_batch) + " slots)";
   }
-  lo.model_path = l.model->path();
-  lo.max_sessions = static_cast<size_t>(a.max_lql_sessions);
-  lo.session_ttl_s = a.lql_session_ttl;
-  lo.allow_files = a.lql_allow_files;
-  lo.pool = l.forward->pool_ptr();
-  lo.cancel = &lql_cancel;
-  ao.lql = std::make_shared<server::LqlApi>(lo);
-  ao.sessions = sessions;
-  std::unique_ptr<server::HttpServer> http;
-  std::unique_ptr<server::Api> api;
-  http = std::make_unique<server::HttpServer>(ho, [&api](const server::Request& q, server::Responder& r) { (*api)(q, r); });
-  ao.shards = l.handle->ffn_shards();
-  api = std::make_unique<server::Api>(l.forward, l.tokenizer, sched, http.get(), ao);
 
   std::thread waiter([&] {
     int sig = 0;
@@ -169,8 +263,7 @@ void serve(ServeArgs& a) {
     http->stop();
   });
   const bool loopback = a.host == "127.0.0.1" || a.host == "::1" || a.host == "localhost";
-  std::fprintf(stderr, "larql serve: %s (%s engine, %d threads, %d slots)\n", ao.model_id.c_str(),
-               spec.to_string().c_str(), l.forward->pool().size(), a.max_batch);
+  std::fprintf(stderr, "larql serve: %s\n", banner.c_str());
   if (!loopback && key.empty())
     std::fprintf(stderr, "warning: listening on %s without --api-key: anyone who can reach it can use it\n",
                  a.host.c_str());
@@ -181,7 +274,8 @@ void serve(ServeArgs& a) {
                  http->port());
   std::fflush(stdout);
   http->run();  // returns after stop() and the drain
-  sched.stop(/*cancel_running=*/true);
+  if (single) single->sched->stop(/*cancel_running=*/true);
+  if (pool) pool->stop_all(/*cancel_running=*/true);
   pthread_kill(waiter.native_handle(), SIGTERM);  // a second signal ends the waiter if none came
   waiter.join();
   std::fprintf(stderr, "larql serve: stopped\n");
@@ -192,7 +286,9 @@ void serve(ServeArgs& a) {
 void register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   auto* cmd = app.add_subcommand("serve", "Serve a model over HTTP: OpenAI-compatible completions and chat (docs/server.md)");
-  cmd->add_option("model", a->model, kModelHelp)->required();
+  cmd->add_option("model", a->model,
+                  std::string(kModelHelp) + "; or a directory of them: every model in it, each loaded on its first request")
+      ->required();
   cmd->add_option("--host", a->host, "address to listen on (default 127.0.0.1: this machine only)");
   add_int_flag(cmd, "--port", a->port, 0, 65535, "TCP port (0: any free one, printed at start; default 8080)");
   add_threads_flag(cmd, a->threads);
@@ -242,6 +338,9 @@ void register_serve(CLI::App& app) {
   add_int_flag(cmd, "--session-max", a->session_max, 1, 100000, "saved sessions kept at most (default 64; least recently used go)");
   add_int_flag(cmd, "--session-max-mb", a->session_max_mb, 1, int64_t{1} << 30,
                "MiB of saved session state kept at most (default 1024)");
+  add_int_flag(cmd, "--max-resident-mb", a->max_resident_mb, 0, int64_t{1} << 30,
+               "serving a directory: MiB of models (their size on disk) loaded at once at most; the least recently used "
+               "idle one is unloaded to make room (0: no limit)");
   cmd->callback([a] { serve(*a); });
 }
 

@@ -368,7 +368,8 @@ ExtractResult extract_vindex(const Model& model, const std::string& out_dir, con
     const char* source_format = fmt.rfind("GGUF", 0) == 0 ? "gguf" : fmt.rfind("Hugging Face", 0) == 0 ? "safetensors" : "vindex";
     fs::path src_path = fs::path(model.path());
     if (src_path.filename().empty()) src_path = src_path.parent_path();  // "dir/"
-    x.source = vindex::Source{source_format, src_path.filename().string(), model.fingerprint(), utc_timestamp(), opt.larql_version};
+    x.source = vindex::Source{source_format, src_path.filename().string(), model.fingerprint(),
+                                 opt.extracted_at.empty() ? utc_timestamp() : opt.extracted_at, opt.larql_version};
     x.num_layers = c.n_layers;
     x.hidden_size = c.hidden;
     x.intermediate_size = ffn_feature_count(c);

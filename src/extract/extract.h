@@ -32,6 +32,9 @@ struct ExtractOptions {
   /// usable staging directory the extract starts afresh.
   bool resume = false;
   std::string larql_version = "0.1.0";
+  /// index.json's source.extracted_at (ISO 8601 UTC); empty: the time of the extract. A build
+  /// that must not depend on the clock (`larql build`) sets it.
+  std::string extracted_at;
   /// The source vindex's edits.json record (vindex/edited_slots.h), written to the output as
   /// edits.json when not empty, so a vindex compiled from edits keeps its record through extract.
   std::vector<vindex::EditedSlot> edited_slots;

@@ -195,7 +195,9 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
   if (!ed.knn.empty()) {
     Patch p;
     p.base_model = ix.model;
-    p.description = "KNN facts compiled from " + src.string();
+    // The vindex's name, not its path: the bytes do not depend on where it lies (`larql build`).
+    const fs::path name = csrc.filename().empty() ? csrc.parent_path().filename() : csrc.filename();
+    p.description = "KNN facts compiled from " + name.string();
     for (const auto& f : ed.knn) {
       PatchOp o;
       o.kind = PatchOp::Kind::InsertKnn;

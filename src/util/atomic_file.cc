@@ -1,6 +1,7 @@
 #include "util/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -287,6 +288,15 @@ void replace_directory(const std::string& staging, const std::string& target) {
   fsync_directory(staging);
   std::error_code ec;
   std::string old;
+  // Where the OS has it, one atomic exchange: `target` is the old directory or the new one at
+  // every instant; the old one is then at `staging`, removed below.
+  if (fs::is_directory(target, ec) &&
+      ::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    const fs::path parent = fs::path(target).parent_path();
+    fsync_directory(parent.empty() ? std::string(".") : parent.string());
+    fs::remove_all(staging, ec);
+    return;
+  }
   if (fs::exists(target, ec)) {
     old = target + ".old-" + std::to_string(::getpid());
     fs::rename(target, old, ec);

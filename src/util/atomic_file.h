@@ -88,9 +88,11 @@ void write_file_atomic(const std::string& path, std::string_view data, const std
 void fsync_directory(const std::string& dir);
 
 /// Put a finished, fsynced staging directory at `target` (an extract's or a slice's output):
-/// fsync `staging`; move an existing `target` aside to `<target>.old-<pid>`; rename `staging`
-/// to `target`; fsync the parent; remove the old one. `target` is never absent-and-unfinished:
-/// a crash leaves the old directory, its `.old-<pid>` copy, or the new one.
+/// fsync `staging`; where `target` is a directory, exchange the two atomically (renameat2
+/// RENAME_EXCHANGE), so a crash leaves the old directory or the new one at `target`, and remove
+/// the old one (then at `staging`); where the file system has no exchange, move an existing
+/// `target` aside to `<target>.old-<pid>`, rename `staging` to `target` and remove the old one
+/// (a crash between the two renames leaves the old one at `.old-<pid>`). The parent is fsynced.
 /// Errors: Error{Io} naming the rename that failed and the OS reason.
 void replace_directory(const std::string& staging, const std::string& target);
 
