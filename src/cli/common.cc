@@ -186,6 +186,10 @@ void add_ffn_flags(CLI::App* app, FfnArgs& a) {
   app->add_option("--ffn", a.ffn,
                   "run the FFN on shards: remote:HOST:PORT[,HOST:PORT...] (`larql serve MODEL --layers A-B "
                   "--grpc-port P` on the same model file; docs/sharding.md)");
+  add_shard_client_flags(app, a);
+}
+
+void add_shard_client_flags(CLI::App* app, FfnArgs& a) {
   app->add_option("--shard-ca", a.ca, "PEM CA that signed the shards' certificates (TLS; default: plaintext)")
       ->check(CLI::ExistingFile);
   app->add_option("--shard-cert", a.cert, "PEM client certificate for shards that require one (mTLS)")

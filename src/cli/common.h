@@ -49,8 +49,10 @@ struct FfnArgs {
   std::string ca, cert, key, server_name;     ///< --shard-ca, --shard-cert, --shard-key, --shard-tls-name
   int64_t timeout_ms = 30000;                 ///< --shard-timeout-ms
 };
-/// Adds --ffn, --shard-ca, --shard-cert, --shard-key, --shard-tls-name, --shard-timeout-ms.
+/// Adds --ffn, then add_shard_client_flags.
 void add_ffn_flags(CLI::App* app, FfnArgs& a);
+/// Adds --shard-ca, --shard-cert, --shard-key, --shard-tls-name, --shard-timeout-ms.
+void add_shard_client_flags(CLI::App* app, FfnArgs& a);
 
 /// With `ffn` set to a remote FFN, the model is opened without its FFN weights and runs each
 /// layer's FFN on its shard (api::OpenOptions::ffn).
@@ -129,6 +131,7 @@ void register_calibrate(CLI::App& app);
 void register_apollo(CLI::App& app);
 void register_lql(CLI::App& app);      // the LQL REPL and scripts
 void register_serve(CLI::App& app);    // the HTTP server
+void register_router(CLI::App& app);   // the HTTP server over shards (docs/sharding.md)
 void register_extract(CLI::App& app);  // extract, convert gguf-to-vindex, verify
 void register_build(CLI::App& app);    // a vindex from a Vindexfile
 void register_slice(CLI::App& app);

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   larql::cli::register_cache(app);
   larql::cli::register_lql(app);
   larql::cli::register_serve(app);
+  larql::cli::register_router(app);
   larql::cli::register_label(app);
   // Name an unknown verb instead of CLI11's generic "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {

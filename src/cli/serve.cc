@@ -8,6 +8,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/common.h"
 #include "cli/serve_shard.h"
 #include "model/hf_source.h"
@@ -26,6 +28,7 @@ namespace {
 struct ServeArgs {
   FfnArgs ffn;
   ShardServeArgs shard;
+  std::string topology;  ///< `larql router --topology FILE`: stated parts to check
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -148,6 +151,66 @@ bool is_model_directory(const std::string& path) {
          !is_hf_model_dir(path);
 }
 
+/// `--topology FILE`: {"shards": ["HOST:PORT", {"address": "HOST:PORT", "layers": "A-B", "experts": "A-B"}, ...]}
+/// -> "remote:HOST:PORT,..." after checking each stated part against what the shard says (Info).
+std::string topology_shards(const std::string& path) {
+  const std::string text = read_text_file(path, "the topology file", 1 << 20);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::InvalidArgument, path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("shards") || !j["shards"].is_array() || j["shards"].empty())
+    throw Error(ErrorKind::InvalidArgument, path + ": expected {\"shards\": [\"HOST:PORT\" or {\"address\", \"layers\", \"experts\"}, ...]}");
+  std::string list;
+  for (size_t i = 0; i < j["shards"].size(); ++i) {
+    const auto& e = j["shards"][i];
+    const std::string at = path + ": shards[" + std::to_string(i) + "]";
+    std::string addr;
+    if (e.is_string()) {
+      addr = e.get<std::string>();
+    } else if (e.is_object() && e.contains("address") && e["address"].is_string()) {
+      addr = e["address"].get<std::string>();
+      for (const auto& [k, v] : e.items())
+        if (k != "address" && k != "layers" && k != "experts")
+          throw Error(ErrorKind::InvalidArgument, at + ": unknown key \"" + k + "\" (address, layers, experts)");
+      for (const char* k : {"layers", "experts"})
+        if (e.contains(k) && !e[k].is_string())
+          throw Error(ErrorKind::InvalidArgument, at + "." + k + ": expected \"A-B\"");
+    } else {
+      throw Error(ErrorKind::InvalidArgument, at + ": expected \"HOST:PORT\" or {\"address\": ...}");
+    }
+    list += (list.empty() ? "" : ",") + addr;
+  }
+  return list;
+}
+
+/// Each topology entry's stated part against what its shard holds (after connect).
+void check_topology(const std::string& path, const shard::ShardMap& map) {
+  const std::string text = read_text_file(path, "the topology file", 1 << 20);
+  const auto j = nlohmann::json::parse(text);
+  for (const auto& e : j["shards"]) {
+    if (!e.is_object()) continue;
+    const std::string addr = e["address"].get<std::string>();
+    const shard::ShardInfo* info = nullptr;
+    for (const auto& parts : map)
+      for (const auto& reps : parts)
+        for (const auto& c : reps)
+          if (c->info().address == addr) info = &c->info();
+    if (info == nullptr) continue;
+    auto check = [&](const char* key, int64_t b, int64_t end) {
+      if (!e.contains(key)) return;
+      const auto [want_b, want_e] = ModelPart::parse_range(e[key].get<std::string>(), path + ": " + addr + " " + key);
+      if (want_b != b || want_e != end)
+        throw Error(ErrorKind::InvalidArgument, path + ": shard " + addr + " should hold " + key + " " +
+                                                    e[key].get<std::string>() + " but holds " + info->describe());
+    };
+    check("layers", info->layer_begin, info->layer_end);
+    if (info->n_experts > 0) check("experts", info->expert_begin, info->expert_end);
+  }
+}
+
 void serve(ServeArgs& a) {
   if (a.shard.grpc_port >= 0) {
     if (!a.ffn.ffn.empty()) throw Error(ErrorKind::Usage, "a shard runs its own FFN: --ffn and --grpc-port do not go together");
@@ -242,6 +305,7 @@ void serve(ServeArgs& a) {
   sh.http = http.get();
   if (!dir_mode) {
     Loaded l = load(a.model, a.threads, "serve", &a.ffn);
+    if (!a.topology.empty()) check_topology(a.topology, l.handle->ffn_shards());
     // The id clients see: --alias, else the file's or directory's name without its extension
     // (llama.cpp's server names the model by its path too).
     std::string id = a.alias;
@@ -283,65 +347,95 @@ void serve(ServeArgs& a) {
 
 }  // namespace
 
-void register_serve(CLI::App& app) {
-  auto a = std::make_shared<ServeArgs>();
-  auto* cmd = app.add_subcommand("serve", "Serve a model over HTTP: OpenAI-compatible completions and chat (docs/server.md)");
-  cmd->add_option("model", a->model,
-                  std::string(kModelHelp) + "; or a directory of them: every model in it, each loaded on its first request")
-      ->required();
-  cmd->add_option("--host", a->host, "address to listen on (default 127.0.0.1: this machine only)");
-  add_int_flag(cmd, "--port", a->port, 0, 65535, "TCP port (0: any free one, printed at start; default 8080)");
-  add_threads_flag(cmd, a->threads);
-  add_ffn_flags(cmd, a->ffn);
-  add_shard_serve_flags(cmd, a->shard);
-  add_engine_flag(cmd, a->engine);
+/// The HTTP server's options, shared by `serve` and `router`.
+static void add_http_options(CLI::App* cmd, ServeArgs& a) {
+  cmd->add_option("--host", a.host, "address to listen on (default 127.0.0.1: this machine only)");
+  add_int_flag(cmd, "--port", a.port, 0, 65535, "TCP port (0: any free one, printed at start; default 8080)");
+  add_threads_flag(cmd, a.threads);
+  add_engine_flag(cmd, a.engine);
   // An empty key (`--api-key "$UNSET"`) would turn authentication off: refused, as an empty key file is.
-  cmd->add_option("--api-key", a->api_key, "require this key (Authorization: Bearer KEY) on every route but /health")
+  cmd->add_option("--api-key", a.api_key, "require this key (Authorization: Bearer KEY) on every route but /health")
       ->check(CLI::Validator(
           [](std::string& k) {
             return trim_line(k).empty() ? std::string("the API key is empty (an unset variable?); give a key or leave --api-key out")
                                         : std::string();
           },
           "KEY"));
-  cmd->add_option("--api-key-file", a->api_key_file, "read the API key from this file's first line");
-  cmd->add_option("--cors", a->cors, "allow browsers from this origin (repeatable; \"*\" for any). Default: none")
+  cmd->add_option("--api-key-file", a.api_key_file, "read the API key from this file's first line");
+  cmd->add_option("--cors", a.cors, "allow browsers from this origin (repeatable; \"*\" for any). Default: none")
       ->delimiter(',');
-  add_int_flag(cmd, "--max-body", a->max_body, 1024, int64_t{1} << 30, "largest request body in bytes (default 4 MiB)");
-  add_int_flag(cmd, "-c,--ctx-size", a->ctx_size, 0, int64_t{1} << 30, "positions a sequence may use (0: the model's)");
-  add_int_flag(cmd, "--max-prompt-tokens", a->max_prompt_tokens, 0, int64_t{1} << 30,
+  add_int_flag(cmd, "--max-body", a.max_body, 1024, int64_t{1} << 30, "largest request body in bytes (default 4 MiB)");
+  add_int_flag(cmd, "-c,--ctx-size", a.ctx_size, 0, int64_t{1} << 30, "positions a sequence may use (0: the model's)");
+  add_int_flag(cmd, "--max-prompt-tokens", a.max_prompt_tokens, 0, int64_t{1} << 30,
                "longest prompt accepted (0: the context less one)");
-  add_int_flag(cmd, "--max-tokens", a->max_tokens, 0, int64_t{1} << 30, "largest max_tokens accepted (0: the context)");
-  add_int_flag(cmd, "--slots", a->max_batch, 1, 1024, "sequences decoded together at most (default 16)");
-  add_int_flag(cmd, "--queue", a->max_queue, 0, 100000, "requests waiting for a slot before 429 (default 64)");
-  add_float_flag(cmd, "--rate-limit", a->rate_limit, FloatRange{0, 1e9}, "requests per minute per client (0: off)");
-  cmd->add_flag("--trust-proxy", a->trust_proxy, "rate-limit by X-Forwarded-For's first address (behind a proxy)");
-  add_int_flag(cmd, "--timeout", a->timeout_s, 1, 86400, "seconds a request may generate (default 600)");
-  add_int_flag(cmd, "--drain", a->drain_s, 0, 3600, "seconds SIGTERM waits for in-flight requests (default 10)");
-  add_int_flag(cmd, "--read-timeout", a->read_timeout_s, 1, 3600,
+  add_int_flag(cmd, "--max-tokens", a.max_tokens, 0, int64_t{1} << 30, "largest max_tokens accepted (0: the context)");
+  add_int_flag(cmd, "--slots", a.max_batch, 1, 1024, "sequences decoded together at most (default 16)");
+  add_int_flag(cmd, "--queue", a.max_queue, 0, 100000, "requests waiting for a slot before 429 (default 64)");
+  add_float_flag(cmd, "--rate-limit", a.rate_limit, FloatRange{0, 1e9}, "requests per minute per client (0: off)");
+  cmd->add_flag("--trust-proxy", a.trust_proxy, "rate-limit by X-Forwarded-For's first address (behind a proxy)");
+  add_int_flag(cmd, "--timeout", a.timeout_s, 1, 86400, "seconds a request may generate (default 600)");
+  add_int_flag(cmd, "--drain", a.drain_s, 0, 3600, "seconds SIGTERM waits for in-flight requests (default 10)");
+  add_int_flag(cmd, "--read-timeout", a.read_timeout_s, 1, 3600,
                "seconds a whole request may take to arrive; slower clients are dropped (default 30)");
-  add_int_flag(cmd, "--ws-idle-timeout", a->ws_idle_s, 1, 86400,
+  add_int_flag(cmd, "--ws-idle-timeout", a.ws_idle_s, 1, 86400,
                "seconds a /v1/stream WebSocket may wait for its next message (default 300)");
-  add_int_flag(cmd, "--max-connections", a->max_connections, 1, 100000, "open connections at most (default 256)");
-  cmd->add_option("--tls-cert", a->tls_cert, "serve HTTPS with this PEM certificate (chain); needs --tls-key");
-  cmd->add_option("--tls-key", a->tls_key, "the PEM private key of --tls-cert");
-  cmd->add_flag("--no-ui", a->no_ui, "do not serve the web console at / (docs/console.md)");
-  add_int_flag(cmd, "--max-lql-sessions", a->max_lql_sessions, 1, 100000,
+  add_int_flag(cmd, "--max-connections", a.max_connections, 1, 100000, "open connections at most (default 256)");
+  cmd->add_option("--tls-cert", a.tls_cert, "serve HTTPS with this PEM certificate (chain); needs --tls-key");
+  cmd->add_option("--tls-key", a.tls_key, "the PEM private key of --tls-cert");
+  cmd->add_flag("--no-ui", a.no_ui, "do not serve the web console at / (docs/console.md)");
+  add_int_flag(cmd, "--max-lql-sessions", a.max_lql_sessions, 1, 100000,
                "LQL sessions (X-Session-Id) live at most; the least recently used idle one makes room (default 16)");
-  add_int_flag(cmd, "--lql-session-ttl", a->lql_session_ttl, 1, 86400 * 30,
+  add_int_flag(cmd, "--lql-session-ttl", a.lql_session_ttl, 1, 86400 * 30,
                "seconds an idle LQL session lives (default 600)");
-  cmd->add_option("--lql-allow-files", a->lql_allow_files,
+  cmd->add_option("--lql-allow-files", a.lql_allow_files,
                   "let LQL statements read and write files inside this directory (USE, patches, COMPILE, DIFF); "
                   "default: refused");
-  cmd->add_option("--alias", a->alias, "the model id clients see (default: the model's name)");
-  cmd->add_option("--session-dir", a->session_dir,
+  cmd->add_option("--alias", a.alias, "the model id clients see (default: the model's name)");
+  cmd->add_option("--session-dir", a.session_dir,
                   "keep saved sessions (\"session\" in a request) here (default: a temporary directory removed at exit)");
-  add_int_flag(cmd, "--session-max", a->session_max, 1, 100000, "saved sessions kept at most (default 64; least recently used go)");
-  add_int_flag(cmd, "--session-max-mb", a->session_max_mb, 1, int64_t{1} << 30,
+  add_int_flag(cmd, "--session-max", a.session_max, 1, 100000, "saved sessions kept at most (default 64; least recently used go)");
+  add_int_flag(cmd, "--session-max-mb", a.session_max_mb, 1, int64_t{1} << 30,
                "MiB of saved session state kept at most (default 1024)");
-  add_int_flag(cmd, "--max-resident-mb", a->max_resident_mb, 0, int64_t{1} << 30,
+  add_int_flag(cmd, "--max-resident-mb", a.max_resident_mb, 0, int64_t{1} << 30,
                "serving a directory: MiB of models (their size on disk) loaded at once at most; the least recently used "
                "idle one is unloaded to make room (0: no limit)");
+}
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve", "Serve a model over HTTP: OpenAI-compatible completions and chat (docs/server.md)");
+  cmd->add_option("model", a->model,
+                  std::string(kModelHelp) + "; or a directory of them: every model in it, each loaded on its first request")
+      ->required();
+  add_ffn_flags(cmd, a->ffn);
+  add_shard_serve_flags(cmd, a->shard);
+  add_http_options(cmd, *a);
   cmd->callback([a] { serve(*a); });
+}
+
+void register_router(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto shards = std::make_shared<std::string>();
+  auto topology = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand(
+      "router",
+      "Serve a model split over shards as one: the OpenAI routes here, each layer's FFN (or expert range) on the shard "
+      "holding it, replicas tried in turn, /health naming a shard that is down (docs/sharding.md)");
+  cmd->add_option("model", a->model, std::string(kModelHelp) + " (the file the shards serve; its FFN weights are not read here)")
+      ->required();
+  cmd->add_option("--shards", *shards, "the shards: HOST:PORT[,HOST:PORT...] (same part twice: replicas)");
+  cmd->add_option("--topology", *topology,
+                  "the shards from a JSON file: {\"shards\": [\"HOST:PORT\", {\"address\": \"HOST:PORT\", \"layers\": "
+                  "\"A-B\", \"experts\": \"A-B\"}]} (stated parts are checked against the shards)")
+      ->check(CLI::ExistingFile);
+  add_shard_client_flags(cmd, a->ffn);
+  add_http_options(cmd, *a);
+  cmd->callback([a, shards, topology] {
+    if (shards->empty() == topology->empty()) throw Error(ErrorKind::Usage, "give the shards: --shards or --topology (one of them)");
+    a->ffn.ffn = "remote:" + (shards->empty() ? topology_shards(*topology) : *shards);
+    a->topology = *topology;
+    serve(*a);
+  });
 }
 
 }  // namespace larql::cli

@@ -109,8 +109,8 @@ def _complete(url: str, prompt: str) -> str:
         return json.load(r)["choices"][0]["text"]
 
 
-def _http_server(larql_bin, model_path, *flags):
-    p = subprocess.Popen([str(larql_bin), "serve", str(model_path), "--port", "0", "-t", "1", *flags],
+def _http_server(larql_bin, model_path, *flags, verb="serve"):
+    p = subprocess.Popen([str(larql_bin), verb, str(model_path), "--port", "0", "-t", "1", *flags],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     m = re.match(r"listening on (http://\S+)", p.stdout.readline())
     assert m, p.stderr.read()
@@ -250,7 +250,8 @@ def _health(url: str):
 
 def test_a_server_over_shards_reports_a_dead_shard_and_recovers(larql_bin, model_path):
     a, b = Shard(larql_bin, model_path, "--layers", "0-8"), Shard(larql_bin, model_path, "--layers", "9-17")
-    srv, url = _http_server(larql_bin, model_path, "--ffn", remote(a, b), "--shard-timeout-ms", "5000")
+    srv, url = _http_server(larql_bin, model_path, "--shards", f"{a.address},{b.address}", "--shard-timeout-ms", "5000",
+                            verb="router")
     try:
         status, h = _health(url)
         assert status == 200 and h["status"] == "ok" and [s["layers"] for s in h["shards"]] == ["0-8", "9-17"], h
@@ -297,3 +298,35 @@ def test_expert_shards_generate_what_one_process_does(larql_bin, family):
     finally:
         for s in shards:
             s.stop()
+
+
+def test_router_topology_file_and_api_key(larql_bin, model_path, two, tmp_path):
+    topo = tmp_path / "topology.json"
+    topo.write_text(json.dumps({"shards": [{"address": two[0].address, "layers": "0-8"}, two[1].address]}))
+    srv, url = _http_server(larql_bin, model_path, "--topology", str(topo), "--api-key", "k", verb="router")
+    try:
+        for path in ("/v1/models", "/v1/completions", "/metrics"):
+            req = urllib.request.Request(url + path, data=b"{}" if "compl" in path else None)
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=30)
+            assert e.value.code == 401, path
+        body = json.dumps({"model": "x", "prompt": PROMPT, "max_tokens": 8, "temperature": 0}).encode()
+        req = urllib.request.Request(url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json", "Authorization": "Bearer k"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert len(json.load(r)["choices"][0]["text"]) > 0
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+    # A stated part the shard does not hold, and no shards at all, are refused at start.
+    topo.write_text(json.dumps({"shards": [{"address": two[0].address, "layers": "0-5"}, two[1].address]}))
+    r = subprocess.run([str(larql_bin), "router", str(model_path), "--topology", str(topo), "--port", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "should hold layers 0-5" in r.stderr, r.stderr
+    r = subprocess.run([str(larql_bin), "router", str(model_path), "--port", "0"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "--shards or --topology" in r.stderr, r.stderr
+    topo.write_text("{not json")
+    r = subprocess.run([str(larql_bin), "router", str(model_path), "--topology", str(topo), "--port", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "not valid JSON" in r.stderr, r.stderr
