@@ -207,13 +207,28 @@ void check_topology(const std::string& path, const shard::ShardMap& map) {
                                                     e[key].get<std::string>() + " but holds " + info->describe());
     };
     check("layers", info->layer_begin, info->layer_end);
-    if (info->n_experts > 0) check("experts", info->expert_begin, info->expert_end);
+    if (info->n_experts > 0)
+      check("experts", info->expert_begin, info->expert_end);
+    else if (e.contains("experts"))
+      throw Error(ErrorKind::InvalidArgument, path + ": shard " + addr + " is given experts, but the model has none");
   }
 }
 
 void serve(ServeArgs& a) {
   if (a.shard.grpc_port >= 0) {
     if (!a.ffn.ffn.empty()) throw Error(ErrorKind::Usage, "a shard runs its own FFN: --ffn and --grpc-port do not go together");
+    // The HTTP server's security flags would silently not apply to the gRPC shard.
+    const std::pair<bool, const char*> http_only[] = {
+        {!a.api_key.empty() || !a.api_key_file.empty(), "--api-key (a shard authenticates clients by certificate: --grpc-client-ca)"},
+        {!a.tls_cert.empty() || !a.tls_key.empty(), "--tls-cert/--tls-key (a shard's TLS is --grpc-cert/--grpc-key)"},
+        {!a.cors.empty(), "--cors"},
+        {!a.alias.empty(), "--alias"},
+        {!a.session_dir.empty(), "--session-dir"},
+        {!a.lql_allow_files.empty(), "--lql-allow-files"}};
+    for (const auto& [given, flag] : http_only)
+      if (given) throw Error(ErrorKind::Usage, std::string(flag) + " is a flag of the HTTP server; with --grpc-port it would not apply");
+    if (is_model_directory(a.model))
+      throw Error(ErrorKind::Usage, "a shard serves one model file or vindex, not a directory of models: give one of its models");
     return serve_shard(a.model, a.threads, a.shard);
   }
   if (!a.shard.layers.empty() || !a.shard.experts.empty())

@@ -33,6 +33,10 @@ void add_shard_serve_flags(CLI::App* cmd, ShardServeArgs& a) {
       ->check(CLI::ExistingFile)
       ->group(g);
   cmd->add_flag("--grpc-insecure", a.insecure, "allow plaintext gRPC on an address other than loopback")->group(g);
+  cmd->add_flag("--ffn-only", a.ffn_only,
+                "hold only the FFN weights (and norms) of the layers: WalkFfn/Experts, no RunLayers; what a vindex "
+                "`slice --preset server` holds")
+      ->group(g);
   add_int_flag(cmd, "--max-rows", a.max_rows, 1, 1 << 20, "rows one gRPC call may carry (default 4096)")->group(g);
   add_int_flag(cmd, "--max-sequences", a.max_sequences, 1, 1 << 20,
                "pipeline sequences (RunLayers) kept; the least recently used go (default 64)")
@@ -46,6 +50,8 @@ void add_shard_serve_flags(CLI::App* cmd, ShardServeArgs& a) {
 
 void serve_shard(const std::string& model, int threads, const ShardServeArgs& a) {
   ModelPart part;
+  part.embedding = false;  // a shard never embeds tokens nor computes logits
+  part.attention = !a.ffn_only;
   if (!a.layers.empty()) std::tie(part.layer_begin, part.layer_end) = ModelPart::parse_range(a.layers, "--layers");
   if (!a.experts.empty()) std::tie(part.expert_begin, part.expert_end) = ModelPart::parse_range(a.experts, "--experts");
   sigset_t sigs;

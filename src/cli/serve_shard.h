@@ -14,6 +14,7 @@ struct ShardServeArgs {
   std::string layers, experts;
   std::string cert, key, client_ca;
   bool insecure = false;
+  bool ffn_only = false;
   int64_t max_rows = 4096;
   int64_t max_sequences = 64;
   int sequence_ttl_s = 600;

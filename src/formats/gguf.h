@@ -134,6 +134,8 @@ class GgufFile : public std::enable_shared_from_this<GgufFile> {
   size_t file_size() const { return size_; }
   /// The file's bytes [file_size()] (the mapping, or the parsed copy).
   const uint8_t* bytes() const { return base_; }
+  /// MappedFile::release_pages of the whole file.
+  void release_pages() const { map_.release_pages(); }
 
   /// Metadata entries, in key order: i in [0, metadata_count()). The key views the file's
   /// bytes (valid while this file lives); the value is decoded on each call.

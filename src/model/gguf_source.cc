@@ -77,6 +77,7 @@ GgufSource::GgufSource(std::shared_ptr<const GgufFile> file, const ArchRecord& a
   char buf[64];
   std::snprintf(buf, sizeof buf, "xxh3-%s-%zu", hex64(xxh3_64(f.bytes(), f.file_size())).c_str(), f.file_size());
   fingerprint_ = buf;
+  f.release_pages();  // the hash read every page: keep resident only what the model part uses
 }
 
 std::shared_ptr<GgufSource> GgufSource::from_file(std::shared_ptr<const GgufFile> file) {

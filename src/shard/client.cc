@@ -40,7 +40,8 @@ struct ShardClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::Shard::Stub> stub;
   std::unique_ptr<hpb::Health::Stub> health;
-  std::string who;  ///< for messages: the address, then ShardInfo::describe()
+  std::string who;     ///< for messages: the address, then ShardInfo::describe()
+  std::string expect;  ///< wire::identity of the shard as Info described it at connect
 
   void prepare(grpc::ClientContext& ctx) const { ctx.set_deadline(std::chrono::system_clock::now() + timeout); }
 };
@@ -49,8 +50,9 @@ ShardClient::ShardClient(const std::string& address, const ClientTls& tls, std::
     : impl_(std::make_unique<Impl>()) {
   const size_t colon = address.rfind(':');
   if (address.empty() || colon == std::string::npos || colon == 0 || colon + 1 == address.size() ||
-      address.find_first_not_of("0123456789", colon + 1) != std::string::npos)
-    throw Error(ErrorKind::InvalidArgument, "shard address \"" + address + "\": expected HOST:PORT");
+      address.size() - colon > 6 || address.find_first_not_of("0123456789", colon + 1) != std::string::npos ||
+      std::stol(address.substr(colon + 1)) < 1 || std::stol(address.substr(colon + 1)) > 65535)
+    throw Error(ErrorKind::InvalidArgument, "shard address \"" + address + "\": expected HOST:PORT with a port of 1 to 65535");
   if (timeout.count() <= 0) throw Error(ErrorKind::InvalidArgument, "the shard timeout must be positive");
   impl_->address = address;
   impl_->who = address;
@@ -109,6 +111,8 @@ ShardClient::ShardClient(const std::string& address, const ClientTls& tls, std::
                                                std::to_string(info_.layer_begin) + ".." + std::to_string(info_.layer_end) +
                                                " of " + std::to_string(info_.n_layers) + ")");
   impl_->who = info_.describe();
+  impl_->expect = wire::identity(info_.fingerprint, info_.layer_begin, info_.layer_end, info_.expert_begin,
+                                 info_.expert_end, info_.attention, info_.ffn);
 }
 
 ShardClient::~ShardClient() = default;
@@ -146,6 +150,7 @@ void ShardClient::walk_ffn(int64_t layer, const float* h, int64_t n, float* out)
     pb::WalkFfnRequest q;
     q.set_layer(static_cast<uint32_t>(layer));
     q.set_reply_dtype(pb::F32);
+    q.set_expect(impl_->expect);
     wire::encode_rows(h + off * H, m, H, pb::F32, q.mutable_rows());
     grpc::ClientContext ctx;
     impl_->prepare(ctx);
@@ -169,6 +174,7 @@ void ShardClient::experts(int64_t layer, const float* h, int64_t n, int64_t k, c
     q.set_layer(static_cast<uint32_t>(layer));
     q.set_k(static_cast<uint32_t>(k));
     q.set_reply_dtype(pb::F32);
+    q.set_expect(impl_->expect);
     wire::encode_rows(h + off * H, m, H, pb::F32, q.mutable_rows());
     for (int64_t s = off * k; s < (off + m) * k; ++s) q.add_experts(static_cast<uint32_t>(chosen[s]));
     grpc::ClientContext ctx;
@@ -201,6 +207,7 @@ int64_t ShardClient::run_layers(const std::string& seq, int64_t begin, int64_t e
     const int64_t m = std::min(info_.max_rows, n - off);
     pb::RunLayersRequest q;
     q.set_sequence_id(seq);
+    q.set_expect(impl_->expect);
     q.set_layer_begin(static_cast<uint32_t>(begin));
     q.set_layer_end(static_cast<uint32_t>(end));
     q.set_position(static_cast<uint64_t>(position + off));
@@ -241,7 +248,14 @@ bool ShardClient::healthy(std::chrono::milliseconds deadline) {
   hpb::HealthCheckRequest q;
   hpb::HealthCheckResponse r;
   const grpc::Status s = impl_->health->Check(&ctx, q, &r);
-  return s.ok() && r.status() == hpb::HealthCheckResponse::SERVING;
+  if (!s.ok() || r.status() != hpb::HealthCheckResponse::SERVING) return false;
+  // Serving, but serving what the client connected to? (a shard restarted on another file is down)
+  grpc::ClientContext ic;
+  ic.set_deadline(ctx.deadline());
+  pb::InfoReply i;
+  if (!impl_->stub->Info(&ic, pb::InfoRequest{}, &i).ok()) return false;
+  return wire::identity(i.fingerprint(), i.layer_begin(), i.layer_end(), i.expert_begin(), i.expert_end(), i.attention(),
+                        i.ffn()) == impl_->expect;
 }
 
 ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const ClientTls& tls,
@@ -251,7 +265,8 @@ ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const C
   std::vector<std::string> addrs;
   for (size_t p = 0; p <= spec.size();) {
     const size_t q = std::min(spec.find(',', p), spec.size());
-    if (q > p) addrs.push_back(spec.substr(p, q - p));
+    if (q == p) throw Error(ErrorKind::InvalidArgument, "shard list \"" + spec + "\": an empty entry");
+    addrs.push_back(spec.substr(p, q - p));
     p = q + 1;
   }
   if (addrs.empty()) throw Error(ErrorKind::InvalidArgument, "no shard addresses in \"" + spec + "\"");

@@ -83,6 +83,15 @@ struct ShardServer::Impl final : pb::Shard::Service {
     return Lease{this, std::move(f)};
   }
 
+  std::string self;  ///< wire::identity of this shard
+
+  /// ABORTED (as an Error kind the status maps to) unless `expect` is empty or this shard.
+  void check_expect(const std::string& expect) const {
+    if (expect.empty() || expect == self) return;
+    throw Error(ErrorKind::Unsupported, "this shard serves " + self + ", not " + expect +
+                                            " (restarted on another file or part?): refused");
+  }
+
   void delay(grpc::ServerContext* ctx) const {
     const auto until = Clock::now() + std::chrono::milliseconds(opt.debug_delay_ms);
     while (Clock::now() < until && !ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -130,6 +139,7 @@ struct ShardServer::Impl final : pb::Shard::Service {
       if (layer >= c.n_layers)
         throw Error(ErrorKind::InvalidArgument, "WalkFfn: layer " + std::to_string(layer) + " is past the model's " +
                                                     std::to_string(c.n_layers) + " layers");
+      check_expect(q->expect());
       require_ffn_weights(*model, layer);
       thread_local std::vector<float> h, out;
       const int64_t n = wire::decode_rows(q->rows(), c.hidden, opt.max_rows, "WalkFfn rows", h);
@@ -161,6 +171,7 @@ struct ShardServer::Impl final : pb::Shard::Service {
   grpc::Status RunLayers(grpc::ServerContext* ctx, const pb::RunLayersRequest* q, pb::RunLayersReply* r) override {
     return guarded(ctx, [&] {
       const ModelConfig& c = model->config();
+      check_expect(q->expect());
       const std::string& id = q->sequence_id();
       if (id.empty() || id.size() > 128)
         throw Error(ErrorKind::InvalidArgument, "RunLayers: sequence_id must be 1 to 128 bytes (got " +
@@ -235,6 +246,7 @@ struct ShardServer::Impl final : pb::Shard::Service {
     return guarded(ctx, [&] {
       const ModelConfig& c = model->config();
       const int64_t layer = q->layer();
+      check_expect(q->expect());
       if (c.n_experts == 0) throw Error(ErrorKind::InvalidArgument, "Experts: this model is not a mixture of experts");
       if (layer >= c.n_layers)
         throw Error(ErrorKind::InvalidArgument, "Experts: layer " + std::to_string(layer) + " is past the model's " +
@@ -289,6 +301,11 @@ ShardServer::ShardServer(std::shared_ptr<const Model> model, std::shared_ptr<Thr
   impl_->model = std::move(model);
   impl_->pool = std::move(pool);
   impl_->opt = opt;
+  {
+    const ModelPart& p = impl_->model->part();
+    impl_->self = wire::identity(impl_->model->fingerprint(), p.layer_begin, p.layer_end, p.expert_begin, p.expert_end,
+                                 p.attention, p.ffn);
+  }
   if (opt.max_rows < 1 || opt.max_rows > (1 << 20))
     throw Error(ErrorKind::InvalidArgument, "max rows per call must be 1 to 1048576");
   if (opt.max_sequences < 1) throw Error(ErrorKind::InvalidArgument, "max sequences must be at least 1");
@@ -316,6 +333,7 @@ ShardServer::ShardServer(std::shared_ptr<const Model> model, std::shared_ptr<Thr
   grpc::ServerBuilder b;
   const std::string host = opt.host.find(':') != std::string::npos && opt.host.front() != '[' ? "[" + opt.host + "]" : opt.host;
   const std::string addr = host + ":" + std::to_string(opt.port);
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a second shard on a port in use is an error, not a twin
   b.AddListeningPort(addr, creds, &impl_->bound_port);
   b.RegisterService(impl_.get());
   // The largest message: an Experts reply of every row's k experts.

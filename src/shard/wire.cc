@@ -73,6 +73,8 @@ grpc::Status to_status(const std::exception& e) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, e.what());
     case ErrorKind::InvariantViolation:
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, e.what());
+    case ErrorKind::Unsupported:  // a request for another shard (check_expect)
+      return grpc::Status(grpc::StatusCode::ABORTED, e.what());
     default:
       return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
   }
@@ -113,6 +115,13 @@ void throw_status(const grpc::Status& s, const std::string& who, const char* cal
     default:  // UNAVAILABLE, DEADLINE_EXCEEDED, UNAUTHENTICATED, ...: the shard cannot be reached or used
       throw Error(ErrorKind::BackendUnavailable, msg);
   }
+}
+
+std::string identity(const std::string& fingerprint, int64_t layer_begin, int64_t layer_end, int64_t expert_begin,
+                     int64_t expert_end, bool attention, bool ffn) {
+  return fingerprint + "/layers " + std::to_string(layer_begin) + "-" + std::to_string(layer_end) + "/experts " +
+         std::to_string(expert_begin) + "-" + std::to_string(expert_end) + (attention ? "/attention" : "") +
+         (ffn ? "/ffn" : "");
 }
 
 int max_message_bytes(int64_t max_rows, int64_t width) {

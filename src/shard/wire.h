@@ -31,6 +31,12 @@ grpc::Status to_status(const std::exception& e);
 /// anything else (UNAVAILABLE, DEADLINE_EXCEEDED, ...) -> BackendUnavailable.
 [[noreturn]] void throw_status(const grpc::Status& s, const std::string& who, const char* call);
 
+/// What a shard is, as one string: its model's fingerprint and the part it holds. Requests carry
+/// the one the client connected to (`expect`); a shard restarted on another file or part refuses
+/// them (ABORTED) instead of answering for a model the client did not check.
+std::string identity(const std::string& fingerprint, int64_t layer_begin, int64_t layer_end, int64_t expert_begin,
+                     int64_t expert_end, bool attention, bool ffn);
+
 /// Bytes a call may carry at most for rows of `width` f32 values (gRPC's message size limit).
 int max_message_bytes(int64_t max_rows, int64_t width);
 

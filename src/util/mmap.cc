@@ -71,4 +71,8 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   return *this;
 }
 
+void MappedFile::release_pages() const {
+  if (data_ != nullptr && size_ > 0) (void)::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 }  // namespace larql

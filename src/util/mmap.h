@@ -22,6 +22,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }  ///< bytes
   const std::string& path() const { return path_; }
+  /// Drop the mapped pages from this process's memory (MADV_DONTNEED on the read-only mapping):
+  /// they stay in the page cache and the next read faults them back in. After a pass over the
+  /// whole file (a checksum) so that a process using part of it does not keep all of it resident.
+  void release_pages() const;
 
  private:
   const uint8_t* data_ = nullptr;

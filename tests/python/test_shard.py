@@ -330,3 +330,50 @@ def test_router_topology_file_and_api_key(larql_bin, model_path, two, tmp_path):
     r = subprocess.run([str(larql_bin), "router", str(model_path), "--topology", str(topo), "--port", "0"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "not valid JSON" in r.stderr, r.stderr
+
+
+def test_a_shard_restarted_on_another_file_between_requests_is_refused(larql_bin, model_path):
+    """A shard stopped cleanly and started again on another file on the same port: the channel
+    reconnects without any call failing, so the request itself must carry what it expects."""
+    fx = peer.REPO_ROOT / "tests/model/data/families/llama3"
+    s = Shard(larql_bin, fx / "llama3-f32.gguf")
+    srv, url = _http_server(larql_bin, fx / "llama3-f32.gguf", "--shards", s.address, "--shard-timeout-ms", "5000",
+                            verb="router")
+    try:
+        _complete(url, "Hello")
+        s.stop()
+        s2 = Shard(larql_bin, fx / "llama3-q8_0.gguf", port=s.port)
+        try:
+            body = json.dumps({"model": "x", "prompt": "Hello", "max_tokens": 4, "temperature": 0}).encode()
+            req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=60)
+            assert e.value.code == 503
+            msg = e.value.read().decode()
+            assert s.address in msg and "refused" in msg, msg
+            status, h = _health(url)
+            assert status == 503 and h["status"] == "down", h
+        finally:
+            s2.stop()
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+        s.stop()
+
+
+def test_shard_flags_and_addresses_are_checked(larql_bin, model_path):
+    fx = peer.REPO_ROOT / "tests/model/data/families/llama3/llama3-f32.gguf"
+    s = Shard(larql_bin, fx)
+    try:
+        # A second shard on a port in use does not start (no silent twin sharing the port).
+        r = subprocess.run([str(larql_bin), "serve", str(fx), "--grpc-port", str(s.port)], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0 and "cannot listen" in r.stderr, r.stderr
+    finally:
+        s.stop()
+    r = subprocess.run([str(larql_bin), "serve", str(fx), "--grpc-port", "0", "--api-key", "k"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--grpc-client-ca" in r.stderr, r.stderr
+    for bad in ("remote:127.0.0.1:72637", "remote:127.0.0.1:0", "remote:127.0.0.1:7001,,127.0.0.1:7002"):
+        r = peer.run_larql(["run", str(fx), "Hi", "-n", "2", "--ffn", bad], check=False)
+        assert r.returncode != 0 and ("1 to 65535" in r.stderr or "empty entry" in r.stderr), (bad, r.stderr)
