@@ -102,6 +102,11 @@ def test_diag_names_a_nan_weight_and_its_layer(tmp_path):
     assert not j["ok"]
     assert j["non_finite_weights"] == [{"tensor": "blk.1.attn_q.weight", "layer": 1, "non_finite": 1, "first_row": 1}]
     assert j["first_non_finite_activation"]["layer"] == 1
+    # The NaN layer's norms are NaN, its max too (not the 0 std::max keeps): null in JSON, "nan" in the table.
+    assert j["layers"][1]["residual_mean"] is None and j["layers"][1]["residual_max"] is None
+    assert j["layers"][0]["residual_max"] >= j["layers"][0]["residual_mean"] > 0
     assert "blk.1.attn_q.weight" in r.stderr
     text = peer.run_larql(["diag", bad], check=False)
-    assert "NaN/Inf: blk.1.attn_q.weight (layer 1)" in text.stdout
+    assert "NaN/Inf: blk.1.attn_q.weight (layer 1): 1 value, first in row 1" in text.stdout
+    row1 = next(line.split() for line in text.stdout.splitlines() if line.split()[:1] == ["1"])
+    assert row1[1:3] == ["nan", "nan"], text.stdout
