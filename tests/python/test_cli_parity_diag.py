@@ -82,6 +82,16 @@ def test_parity_refuses_two_vocabularies(text_file):
     assert r.returncode != 0 and "no-such-engine" in r.stderr
 
 
+def test_parity_refuses_an_empty_text(tmp_path):
+    # As shannon does: BOS alone is no text to compare (it reported "1 tokens ... no divergence").
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    m = FIXTURES / "llama3" / "llama3-f32.gguf"
+    r = parity(m, m, empty, check=False)
+    assert r.returncode == 1 and "empty.txt: the text has no token after BOS to compare" in r.stderr, r.stderr + r.stdout
+    assert r.stdout == ""
+
+
 def test_diag_names_a_nan_weight_and_its_layer(tmp_path):
     src = FIXTURES / "qwen2_moe" / "qwen2_moe-f32.gguf"
     clean = peer.run_larql(["diag", src, "--json"])
