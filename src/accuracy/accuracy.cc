@@ -198,6 +198,10 @@ std::string length_label(int64_t tokens) {
   return std::to_string(tokens);
 }
 
+std::vector<int64_t> needle_lengths(bool quick) {
+  return quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048, 4096, 8192};
+}
+
 std::vector<Case> build_cases(const Tokenizer& tok, const std::vector<std::string>& corpora, bool quick,
                               const std::string& data_dir, int64_t context_length) {
   auto wants = [&](const std::string& c) {
@@ -216,8 +220,7 @@ std::vector<Case> build_cases(const Tokenizer& tok, const std::vector<std::strin
     out.insert(out.end(), v.begin(), v.end());
   }
   if (wants("in-context")) {
-    const std::vector<int64_t> lengths =
-        quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048, 4096, 8192};
+    const std::vector<int64_t> lengths = needle_lengths(quick);
     const std::vector<double> depths = quick ? std::vector<double>{0.5} : std::vector<double>{0.1, 0.5, 0.9};
     auto count = [&](std::string_view s) { return static_cast<int64_t>(tok.encode(s, false, false).size()); };
     for (int64_t n : lengths) {

@@ -106,6 +106,10 @@ std::vector<Score> run_suite(std::shared_ptr<Forward> forward, const Tokenizer& 
                              const std::vector<EngineSpec>& engines, const std::vector<Case>& cases,
                              const std::function<void(int64_t, int64_t)>& progress = {});
 
+/// The needle haystack lengths (tokens) of the in-context corpus: 512 and 1k when quick, else
+/// 512..8k. build_cases keeps only those that fit the context.
+std::vector<int64_t> needle_lengths(bool quick);
+
 /// The standard set of cases: corpora from {"parametric", "in-context", "conflict"};
 /// quick = every 4th parametric / conflict item and needles at 512 and 1k (depth 0.5);
 /// full = all items and needles at 512..8k at depths 0.1, 0.5, 0.9 (only lengths that fit

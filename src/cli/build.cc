@@ -64,6 +64,11 @@ void run_build(const BuildArgs& a) {
   vindexfile::BuildOptions opt;
   opt.dir = dir.string();
   opt.output = a.out.empty() ? (dir / "build" / "vindex").string() : a.out;
+  if (a.out.empty()) {  // the default's DIR/build is made (one level, in DIR); -o's parent must exist
+    std::error_code mk;
+    fs::create_directory(dir / "build", mk);
+    if (mk) throw Error(ErrorKind::Io, "cannot create " + (dir / "build").string() + ": " + mk.message());
+  }
   opt.cache_dir = a.cache_dir;
   opt.use_cache = !a.no_cache;
   opt.threads = a.threads;

@@ -63,6 +63,11 @@ Loaded load(const std::string& model, int threads, const std::string& verb = "ru
 /// has no template or one larql does not recognise.
 std::string apply_model_chat_template(const Tokenizer& tok, const std::vector<ChatMessage>& messages);
 
+/// "1 token", "2 tokens": `n` and the noun, singular when n is 1 (`many` defaults to one + "s").
+inline std::string count_of(long long n, const std::string& one, const std::string& many = {}) {
+  return std::to_string(n) + " " + (n == 1 ? one : many.empty() ? one + "s" : many);
+}
+
 /// Adds -t/--threads (1..1024; unset = all cores). More threads than cores is allowed but
 /// warned about when the model loads (it runs many times slower).
 void add_threads_flag(CLI::App* app, int& threads);

@@ -28,6 +28,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 void run(const CompileArgs& a) {
+  std::error_code ec;
+  const bool gguf = ends_with(a.out, ".gguf") && !std::filesystem::is_directory(a.out, ec);
+  if (gguf && a.dtype != "auto")  // a flag that does not fit: a command-line error (exit 2), before loading
+    throw Error(ErrorKind::Usage, "--dtype is for a Hugging Face directory; a GGUF keeps the stored types");
   const std::string path = resolve_model(a.model);
   check_model_dir(path, "compile");
   auto model = Model::load(path);  // every tensor shape-checked by role before a byte is written
@@ -37,11 +41,8 @@ void run(const CompileArgs& a) {
     if (!bar) bar = std::make_unique<Progress>("compile (MiB)", static_cast<int64_t>((total + 1048575) / 1048576));
     bar->update(static_cast<int64_t>(done == total ? (total + 1048575) / 1048576 : done / 1048576));
   };
-  std::error_code ec;
-  const bool gguf = ends_with(a.out, ".gguf") && !std::filesystem::is_directory(a.out, ec);
   nlohmann::json j = {{"source", path}, {"source_format", model->source().format()}, {"output", a.out}};
   if (gguf) {
-    if (a.dtype != "auto") throw Error(ErrorKind::InvalidArgument, "--dtype is for a Hugging Face directory; a GGUF keeps the stored types");
     extract::ExportOptions opt;
     opt.force = a.force;
     opt.progress = progress;

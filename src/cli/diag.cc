@@ -33,6 +33,18 @@ double l2(const float* x, int64_t n) {
   return std::sqrt(s);
 }
 
+// The larger of the two, NaN when either is: a layer whose norm was NaN at any position has a NaN
+// max (std::max would keep the finite one and hide it).
+double nan_max(double a, double b) { return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b); }
+
+// A table cell: "nan" for any NaN (no sign: "-nan" and "nan" are the same report), else %.4g.
+std::string cell(double v) {
+  if (std::isnan(v)) return "nan";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+
 bool finite(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(x[i])) return false;
@@ -46,7 +58,7 @@ class Norms final : public LayerObserver {
     LayerStats& s = stats[static_cast<size_t>(t.layer)];
     const double r = l2(t.residual_out, t.hidden), a = l2(t.attn_out, t.hidden), f = l2(t.ffn_out, t.hidden);
     s.res_sum += r, s.attn_sum += a, s.ffn_sum += f, ++s.rows;
-    s.res_max = std::max(s.res_max, r), s.attn_max = std::max(s.attn_max, a), s.ffn_max = std::max(s.ffn_max, f);
+    s.res_max = nan_max(s.res_max, r), s.attn_max = nan_max(s.attn_max, a), s.ffn_max = nan_max(s.ffn_max, f);
     if (first_bad.is_null()) {
       const char* which = !finite(t.attn_out, t.hidden)       ? "attn_out"
                           : !finite(t.ffn_in, t.hidden)       ? "ffn_in"
@@ -120,22 +132,24 @@ void run(const DiagArgs& a) {
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("model    %s\n", l.model->path().c_str());
-    std::printf("weights  %lld tensors, largest |w| %.4g (%s); %s\n", (long long)checked, max_abs, max_abs_at.c_str(),
+    std::printf("weights  %s, largest |w| %.4g (%s); %s\n", count_of(checked, "tensor").c_str(), max_abs, max_abs_at.c_str(),
                 bad_weights.empty() ? "all finite" : (std::to_string(bad_weights.size()) + " with NaN/Inf").c_str());
     for (const auto& b : bad_weights)
-      std::printf("  NaN/Inf: %s (layer %s): %lld values, first in row %lld\n", b["tensor"].get<std::string>().c_str(),
-                  b["layer"].is_null() ? "-" : std::to_string(b["layer"].get<int64_t>()).c_str(), b["non_finite"].get<long long>(),
+      std::printf("  NaN/Inf: %s (layer %s): %s, first in row %lld\n", b["tensor"].get<std::string>().c_str(),
+                  b["layer"].is_null() ? "-" : std::to_string(b["layer"].get<int64_t>()).c_str(),
+                  count_of(b["non_finite"].get<long long>(), "value").c_str(),
                   b["first_row"].get<long long>());
-    std::printf("prompt   %zu tokens; %s\n", ids.size(),
+    std::printf("prompt   %s; %s\n", count_of(static_cast<long long>(ids.size()), "token").c_str(),
                 norms.first_bad.is_null() ? (logits_finite ? "activations and logits finite" : "logits NOT finite")
                                           : ("first non-finite activation: layer " + std::to_string(norms.first_bad["layer"].get<int64_t>()) +
                                              ", position " + std::to_string(norms.first_bad["position"].get<int64_t>()) + ", " +
                                              norms.first_bad["row"].get<std::string>())
                                                 .c_str());
-    std::printf("layer  |residual| mean      max   |attn| mean  |ffn| mean\n");
+    std::printf("layer  |residual| mean       max   |attn| mean  |ffn| mean\n");
     for (const auto& r : layers)
-      std::printf("%5lld  %14.4g %8.4g %13.4g %11.4g\n", r["layer"].get<long long>(), r["residual_mean"].get<double>(),
-                  r["residual_max"].get<double>(), r["attn_mean"].get<double>(), r["ffn_mean"].get<double>());
+      std::printf("%5lld  %14s %9s %13s %11s\n", r["layer"].get<long long>(), cell(r["residual_mean"].get<double>()).c_str(),
+                  cell(r["residual_max"].get<double>()).c_str(), cell(r["attn_mean"].get<double>()).c_str(),
+                  cell(r["ffn_mean"].get<double>()).c_str());
   }
   if (!ok)
     throw Error(ErrorKind::Format, l.model->path() + ": " +

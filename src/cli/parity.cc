@@ -118,6 +118,8 @@ void run(const ParityArgs& a) {
                                                 " of " + std::to_string(cb.vocab) + ": only models of one vocabulary compare");
   auto ids = A.l->tokenizer.encode(text, A.l->tokenizer.add_bos(), false);
   auto ids_b = B.l->tokenizer.encode(text, B.l->tokenizer.add_bos(), false);
+  if (ids.size() <= (A.l->tokenizer.add_bos() ? 1u : 0u))  // as shannon: BOS alone compares nothing of the text
+    throw Error(ErrorKind::EmptyPrompt, a.file + ": the text has no token after BOS to compare");
   if (a.max_tokens > 0) {
     if (static_cast<int64_t>(ids.size()) > a.max_tokens) ids.resize(static_cast<size_t>(a.max_tokens));
     if (static_cast<int64_t>(ids_b.size()) > a.max_tokens) ids_b.resize(static_cast<size_t>(a.max_tokens));
@@ -186,7 +188,7 @@ void run(const ParityArgs& a) {
     return;
   }
   std::printf("A  %s\nB  %s\n", A.name.c_str(), B.name.c_str());
-  std::printf("%lld tokens: mean KL(A||B) %.3g nats, max %.3g at position %lld, top-1 agreement %.2f%%\n", (long long)n, mean,
+  std::printf("%s: mean KL(A||B) %.3g nats, max %.3g at position %lld, top-1 agreement %.2f%%\n", count_of(n, "token").c_str(), mean,
               kl[static_cast<size_t>(max_at)], (long long)max_at, 100.0 * static_cast<double>(agree) / static_cast<double>(n));
   if (first_div < 0) std::printf("no divergence: the top-1 token agrees at every position\n");
   else std::printf("first divergence at position %lld (token %d)\n", (long long)first_div, ids[static_cast<size_t>(first_div)]);

@@ -44,7 +44,9 @@ struct Row {
 
 constexpr double kLn2 = 0.69314718055994530942;
 
-std::vector<Corpus> build_corpora(const ShannonArgs& a, const Loaded& l) {
+/// The corpora to score. `dropped` gets one {corpus, reason} per needle haystack too long for the
+/// model's context (reported, never silent); --corpus in-context with none that fits is an error.
+std::vector<Corpus> build_corpora(const ShannonArgs& a, const Loaded& l, nlohmann::json& dropped) {
   const ModelConfig& c = l.model->config();
   const Tokenizer& tok = l.tokenizer;
   std::vector<std::pair<std::string, std::string>> texts;  // corpus name, text
@@ -52,6 +54,18 @@ std::vector<Corpus> build_corpora(const ShannonArgs& a, const Loaded& l) {
   if (named) {
     const char* env_data = std::getenv("LARQL_ACCURACY_DATA");  // the library reads no environment
     const std::string dir = accuracy::find_data_dir(a.data, env_data != nullptr ? env_data : "");
+    if (a.corpus == "in-context" || a.corpus == "all") {
+      const auto lengths = accuracy::needle_lengths(a.quick);
+      for (int64_t n : lengths)
+        if (n > c.context_length)
+          dropped.push_back({{"corpus", "in-context-" + accuracy::length_label(n)},
+                             {"reason", "its haystack of " + std::to_string(n) + " tokens exceeds the model's context of " +
+                                            std::to_string(c.context_length)}});
+      if (a.corpus == "in-context" && dropped.size() == lengths.size())
+        throw Error(ErrorKind::ContextOverflow, "--corpus in-context: no needle haystack fits the model's context of " +
+                                                    std::to_string(c.context_length) + " tokens (the shortest is " +
+                                                    std::to_string(lengths.front()) + ")");
+    }
     for (const auto& k : accuracy::build_cases(tok, {a.corpus}, a.quick, dir, c.context_length))
       texts.emplace_back(k.corpus, k.prompt + k.answer);
   } else {
@@ -90,7 +104,10 @@ void run(const ShannonArgs& a) {
     ref_added = true;
   }
   Loaded l = load(a.model, a.threads, "shannon");
-  const std::vector<Corpus> corpora = build_corpora(a, l);
+  nlohmann::json dropped = nlohmann::json::array();
+  const std::vector<Corpus> corpora = build_corpora(a, l, dropped);
+  for (const auto& d : dropped)
+    std::fprintf(stderr, "shannon: %s skipped: %s\n", d["corpus"].get<std::string>().c_str(), d["reason"].get<std::string>().c_str());
   int64_t all_tokens = 0;
   for (const auto& k : corpora)
     for (const auto& s : k.seqs) all_tokens += static_cast<int64_t>(s.size());
@@ -160,7 +177,7 @@ void run(const ShannonArgs& a) {
     const nlohmann::json j = {{"model", l.model->path()}, {"corpus", a.corpus},      {"quick", a.quick},
                               {"tokens", total_scored},   {"reference", "standard"}, {"reference_added", ref_added},
                               {"unit", "bits per token: -log2 p(token | the tokens before it), every token after the first"},
-                              {"corpora", blocks},        {"overall", overall}};
+                              {"corpora", blocks},        {"skipped_corpora", dropped}, {"overall", overall}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
@@ -184,12 +201,12 @@ void run(const ShannonArgs& a) {
     }
   };
   for (const auto& b : blocks) {
-    std::printf("\n== %s (%zu sequences, %lld tokens) ==\n", b["corpus"].get<std::string>().c_str(), b["sequences"].get<size_t>(),
-                b["tokens"].get<long long>());
+    std::printf("\n== %s (%s, %s) ==\n", b["corpus"].get<std::string>().c_str(),
+                count_of(b["sequences"].get<long long>(), "sequence").c_str(), count_of(b["tokens"].get<long long>(), "token").c_str());
     print_rows(b["engines"]);
   }
   if (blocks.size() > 1) {
-    std::printf("\n== all (%lld tokens) ==\n", (long long)total_scored);
+    std::printf("\n== all (%s) ==\n", count_of(total_scored, "token").c_str());
     print_rows(overall);
   }
 }

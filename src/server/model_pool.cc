@@ -1,16 +1,50 @@
 #include "server/model_pool.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "api/api.h"
+#include "formats/gguf.h"
 #include "model/hf_source.h"
 #include "util/error.h"
+#include "util/text_file.h"
 
 namespace larql::server {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+/// A file name for a message: its bytes, each one that is not printable UTF-8 text as \xNN.
+std::string printable_name(const std::string& name) {
+  std::string out;
+  std::string_view rest = name;
+  while (!rest.empty()) {
+    const size_t bad = first_non_text_byte(rest);
+    out += rest.substr(0, bad == std::string_view::npos ? rest.size() : bad);
+    if (bad == std::string_view::npos) break;
+    char b[8];
+    std::snprintf(b, sizeof b, "\\x%02X", static_cast<unsigned char>(rest[bad]));
+    out += b;
+    rest.remove_prefix(bad + 1);
+  }
+  return out;
+}
+
+/// Why the Hugging Face directory `p` cannot load ("" when it has what loading reads: config.json
+/// and model.safetensors or model.safetensors.index.json).
+std::string hf_dir_problem(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p / "config.json", ec)) return "a Hugging Face directory without config.json";
+  if (!fs::is_regular_file(p / "model.safetensors", ec) && !fs::is_regular_file(p / "model.safetensors.index.json", ec))
+    return "config.json but no model.safetensors or model.safetensors.index.json";
+  return "";
+}
+
+}  // namespace
 
 std::vector<ModelEntry> scan_model_dir(const std::string& dir, std::vector<std::string>* skipped) {
   std::error_code ec;
@@ -20,27 +54,48 @@ std::vector<ModelEntry> scan_model_dir(const std::string& dir, std::vector<std::
   for (const auto& e : fs::directory_iterator(root, ec)) names.push_back(e.path());
   if (ec) throw Error(ErrorKind::Io, "cannot list " + root.string() + ": " + ec.message());
   std::sort(names.begin(), names.end());
+  std::vector<std::string> own_skipped;
+  std::vector<std::string>* skipped_lines = skipped ? skipped : &own_skipped;
   std::vector<ModelEntry> out;
   for (const fs::path& p : names) {
     const std::string name = p.filename().string();
     if (name.empty() || name[0] == '.') continue;
+    auto skip = [&](const std::string& why) {
+      skipped_lines->push_back(printable_name(name) + ": " + why);
+    };
+    const bool gguf = p.extension() == ".gguf" && fs::is_regular_file(p, ec);
+    const bool model_dir = !gguf && fs::is_directory(p, ec) && (fs::exists(p / "index.json", ec) || is_hf_model_dir(p.string()));
+    if (!gguf && !model_dir) continue;
+    // A request's "model" is JSON text (UTF-8): a name that is not could never be asked for.
+    if (first_non_text_byte(name) != std::string_view::npos) {
+      skip("the name is not UTF-8 text, so no request can name it (rename it)");
+      continue;
+    }
     ModelEntry m;
     m.path = p.string();
-    if (fs::is_regular_file(p, ec) && p.extension() == ".gguf") {
+    if (gguf) {
       m.format = "gguf";
+      try {  // the header and tensor table parse (the data is mapped, not read)
+        GgufFile::open(m.path);
+      } catch (const Error& e) {
+        skip(std::string("not a GGUF model: ") + e.what());
+        continue;
+      }
       m.bytes = fs::file_size(p, ec);
-    } else if (fs::is_directory(p, ec) && (fs::exists(p / "index.json", ec) || is_hf_model_dir(p.string()))) {
+    } else {
       m.format = fs::exists(p / "index.json", ec) ? "vindex" : "hugging-face";
       try {
+        if (m.format == "hugging-face") {
+          const std::string why = hf_dir_problem(p);
+          if (!why.empty()) throw Error(ErrorKind::NotFound, why);
+        }
         api::check_model_dir(p.string(), "serve");
       } catch (const Error& e) {
-        if (skipped) skipped->push_back(name + ": " + e.what());
+        skip(e.what());
         continue;
       }
       for (const auto& f : fs::directory_iterator(p, ec))
         if (f.is_regular_file(ec)) m.bytes += f.file_size(ec);
-    } else {
-      continue;
     }
     m.id = (m.format == "hugging-face") ? name : p.stem().string();
     out.push_back(std::move(m));
@@ -50,16 +105,29 @@ std::vector<ModelEntry> scan_model_dir(const std::string& dir, std::vector<std::
   for (const auto& m : out) ++count[m.id];
   for (auto& m : out)
     if (count[m.id] > 1) m.id = fs::path(m.path).filename().string();
-  if (out.empty())
+  // Whole names can still meet a stem ("a.vindex.gguf" and the vindex "a.vindex" met by "a.gguf").
+  std::map<std::string, const ModelEntry*> by_id;
+  for (const auto& m : out) {
+    const auto [it, fresh] = by_id.emplace(m.id, &m);
+    if (!fresh)
+      throw Error(ErrorKind::InvalidArgument, "two models named " + m.id + ": " + it->second->path + " and " + m.path +
+                                                  " (rename one)");
+  }
+  if (out.empty()) {  // the caller never sees `skipped` then: the reasons go in the error
+    std::string why;
+    for (const auto& line : *skipped_lines) why += "\n  skipped " + line;
     throw Error(ErrorKind::InvalidArgument, root.string() + " holds no model to serve (GGUF files, vindexes at level inference, "
-                                                            "Hugging Face directories)");
+                                                            "Hugging Face directories)" + why);
+  }
   return out;
 }
 
 ModelPool::ModelPool(std::vector<ModelEntry> entries, uint64_t max_resident_bytes, Factory make)
     : budget_(max_resident_bytes), make_(std::move(make)) {
   for (auto& e : entries) {
-    if (!by_id_.emplace(e.id, slots_.size()).second) throw Error(ErrorKind::InvalidArgument, "two models named " + e.id);
+    if (const auto [it, fresh] = by_id_.emplace(e.id, slots_.size()); !fresh)
+      throw Error(ErrorKind::InvalidArgument,
+                  "two models named " + e.id + ": " + slots_[it->second].entry.path + " and " + e.path);
     slots_.push_back(Slot{std::move(e), nullptr, false, 0, 0});
   }
 }

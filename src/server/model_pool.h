@@ -29,11 +29,14 @@ struct ModelEntry {
 
 /// The models of `dir`, by id: each regular file `*.gguf` (symbolic links followed), each
 /// directory holding index.json at a level that runs a model (inference, all) and each Hugging
-/// Face directory (config.json with safetensors). Ids are the names without .gguf / .vindex; when
-/// two entries would share one, both keep their whole names. `skipped` (may be null) gets one
-/// line per directory entry left out and why (a vindex below level inference, an unreadable
-/// index.json). Errors: Error{NotFound} when `dir` is not a directory; Error{InvalidArgument} when
-/// it holds no model (naming what it looked for).
+/// Face directory (config.json with model.safetensors or its index). Ids are the names without
+/// .gguf / .vindex; when two entries would share one, both keep their whole names. `skipped` (may
+/// be null) gets one line "NAME: why" per entry left out: a .gguf whose header does not parse
+/// (formats/gguf.h; the weights are mapped, not read), a vindex below level inference or with an
+/// unreadable index.json, a Hugging Face directory without weights, a name that is not UTF-8 (shown
+/// with \xNN for its bad bytes). Errors: Error{NotFound} when `dir` is not a directory;
+/// Error{InvalidArgument} when it holds no model (naming what it looked for and every line left
+/// out) or when a whole name is still taken twice (naming both paths).
 std::vector<ModelEntry> scan_model_dir(const std::string& dir, std::vector<std::string>* skipped = nullptr);
 
 /// What serving one loaded model takes: its request handler, and how to stop it (finish or

@@ -158,8 +158,9 @@ class Builder {
     if (inside(target_, from) || inside(from, target_))
       throw Error(ErrorKind::InvalidArgument, "output " + target_.string() + " is FROM " + from_.string() + ", inside it or holds it");
     std::error_code ec;
-    if (!fs::is_directory(target_.parent_path(), ec)) fs::create_directories(target_.parent_path(), ec);
-    if (ec) throw Error(ErrorKind::Io, "cannot create " + target_.parent_path().string() + ": " + ec.message());
+    if (!fs::is_directory(target_.parent_path(), ec))  // as compile and slice: no directory is made but the output
+      throw Error(ErrorKind::NotFound,
+                  "output " + target_.string() + ": directory " + target_.parent_path().string() + " does not exist");
     if (fs::exists(target_, ec)) {
       const bool vindex_dir = fs::is_directory(target_, ec) && fs::exists(target_ / "index.json", ec);
       const bool empty_dir = fs::is_directory(target_, ec) && fs::is_empty(target_, ec);

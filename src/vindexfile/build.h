@@ -21,6 +21,7 @@ struct BuildOptions {
   /// The directory relative paths of the Vindexfile (FROM, PATCH, LABELS) are resolved against.
   std::string dir = ".";
   /// Where the vindex goes (replaced whole when it is a vindex; anything else there is refused).
+  /// Its parent directory must exist (Error{NotFound} naming it otherwise).
   std::string output;
   /// The cache's directory (docs/vindexfile.md "The cache"); "" : <dir>/.larql-cache.
   std::string cache_dir;

@@ -258,6 +258,10 @@ def test_build_errors_name_the_directive(larql_bin, tmp_path):
     r = build(larql_bin, tmp_path, "-o", tmp_path / "keep", check=False)
     assert r.returncode == 1 and "is not a vindex" in r.stderr, r.stderr
     assert (tmp_path / "keep" / "notes.txt").read_text() == "mine"
+    # A missing parent directory is refused by name (as compile does), and nothing is created.
+    r = build(larql_bin, tmp_path, "-o", tmp_path / "no" / "x" / "y", check=False)
+    assert r.returncode == 1 and f"directory {tmp_path / 'no' / 'x'} does not exist" in r.stderr, r.stderr
+    assert not (tmp_path / "no").exists()
 
 
 # ---- the 10 facts on the default model ----------------------------------------------------------

@@ -254,6 +254,8 @@ def test_bad_inputs_and_outputs(compiled, tmp_path):
     assert r.returncode == 1 and "does not exist" in r.stderr, r.stderr
     r = larql("compile", vx, "-o", tmp_path / "y", "--dtype", "f8", check=False)
     assert r.returncode == 2, r.stderr
+    r = larql("compile", vx, "-o", tmp_path / "y.gguf", "--dtype", "f16", check=False)
+    assert r.returncode == 2 and "--dtype is for a Hugging Face directory" in r.stderr, r.stderr
     f = tmp_path / "file"
     f.write_text("x")
     r = larql("compile", vx, "-o", f, "--force", check=False)

@@ -82,6 +82,16 @@ def test_parity_refuses_two_vocabularies(text_file):
     assert r.returncode != 0 and "no-such-engine" in r.stderr
 
 
+def test_parity_refuses_an_empty_text(tmp_path):
+    # As shannon does: BOS alone is no text to compare (it reported "1 tokens ... no divergence").
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    m = FIXTURES / "llama3" / "llama3-f32.gguf"
+    r = parity(m, m, empty, check=False)
+    assert r.returncode == 1 and "empty.txt: the text has no token after BOS to compare" in r.stderr, r.stderr + r.stdout
+    assert r.stdout == ""
+
+
 def test_diag_names_a_nan_weight_and_its_layer(tmp_path):
     src = FIXTURES / "qwen2_moe" / "qwen2_moe-f32.gguf"
     clean = peer.run_larql(["diag", src, "--json"])
@@ -102,6 +112,11 @@ def test_diag_names_a_nan_weight_and_its_layer(tmp_path):
     assert not j["ok"]
     assert j["non_finite_weights"] == [{"tensor": "blk.1.attn_q.weight", "layer": 1, "non_finite": 1, "first_row": 1}]
     assert j["first_non_finite_activation"]["layer"] == 1
+    # The NaN layer's norms are NaN, its max too (not the 0 std::max keeps): null in JSON, "nan" in the table.
+    assert j["layers"][1]["residual_mean"] is None and j["layers"][1]["residual_max"] is None
+    assert j["layers"][0]["residual_max"] >= j["layers"][0]["residual_mean"] > 0
     assert "blk.1.attn_q.weight" in r.stderr
     text = peer.run_larql(["diag", bad], check=False)
-    assert "NaN/Inf: blk.1.attn_q.weight (layer 1)" in text.stdout
+    assert "NaN/Inf: blk.1.attn_q.weight (layer 1): 1 value, first in row 1" in text.stdout
+    row1 = next(line.split() for line in text.stdout.splitlines() if line.split()[:1] == ["1"])
+    assert row1[1:3] == ["nan", "nan"], text.stdout

@@ -71,6 +71,10 @@ def test_accuracy_corpora_and_standard_added(text_file):
     by = {c["corpus"]: c for c in got["corpora"]}
     # The fixture's context is 256 tokens: no needle haystack fits; every 4th of 115 facts and 24 conflicts.
     assert sorted(by) == ["conflict", "parametric"]
+    # ... and that is said, on stderr and in the JSON.
+    assert got["skipped_corpora"] == [
+        {"corpus": "in-context-512", "reason": "its haystack of 512 tokens exceeds the model's context of 256"},
+        {"corpus": "in-context-1k", "reason": "its haystack of 1024 tokens exceeds the model's context of 256"}]
     assert by["parametric"]["sequences"] == 29 and by["conflict"]["sequences"] == 6
     total = sum(c["tokens"] for c in got["corpora"])
     assert got["tokens"] == total
@@ -94,3 +98,13 @@ def test_bad_input(text_file, tmp_path):
     r = shannon("--corpus", long, check=False)
     assert r.returncode == 1 and "--max-tokens" in r.stderr, r.stderr
     assert shannon("--corpus", long, "--max-tokens", "64")["tokens"] == 63
+    # No needle haystack (512 tokens at least) fits the fixture's 256-token context: say that.
+    r = shannon("--corpus", "in-context", check=False)
+    assert r.returncode == 1 and "no needle haystack fits the model's context of 256 tokens" in r.stderr, r.stderr
+    assert "no text" not in r.stderr
+
+
+def test_skipped_needles_are_said_on_stderr():
+    r = peer.run_larql(["shannon", MODEL, "--corpus", "all", "--quick", "-t", peer.THREADS])
+    assert "shannon: in-context-512 skipped: its haystack of 512 tokens exceeds the model's context of 256" in r.stderr
+    assert "in-context-1k skipped" in r.stderr

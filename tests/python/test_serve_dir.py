@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import urllib.error
@@ -193,3 +194,32 @@ def test_flags_that_do_not_fit_are_refused(larql_bin, model_dir, tmp_path):
     (tmp_path / "empty").mkdir()
     r = serve(tmp_path / "empty")
     assert r.returncode == 1 and "holds no model" in r.stderr, r.stderr
+
+
+def test_what_cannot_load_is_left_out_at_start_with_the_reason(larql_bin, tmp_path):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    (d / "junk.gguf").write_text("not a model")
+    (d / "empty.gguf").write_bytes(b"")
+    (d / "cut.gguf").write_bytes((FIXTURES / "llama3" / "llama3-f32.gguf").read_bytes()[:1000])
+    (d / "noweights").mkdir()
+    (d / "noweights" / "config.json").write_text("{}")
+    (d / os.fsdecode(b"bad\xffname.gguf")).symlink_to(FIXTURES / "llama3" / "llama3-f32.gguf")
+    # Nothing left: the error says why each was left out.
+    r = subprocess.run([str(larql_bin), "serve", str(d), "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "holds no model" in r.stderr, r.stderr
+    for line in ("skipped junk.gguf: not a GGUF model", "skipped empty.gguf: not a GGUF model", "skipped cut.gguf: not a GGUF model",
+                 "skipped noweights: config.json but no model.safetensors", "skipped bad\\xFFname.gguf: the name is not UTF-8"):
+        assert line in r.stderr, r.stderr
+    # With a good model beside them, only it is listed; each other one has its line on stderr.
+    (d / "llama3.gguf").symlink_to(FIXTURES / "llama3" / "llama3-f32.gguf")
+    s = DirServer(larql_bin, d)
+    try:
+        status, doc = s.call("/v1/models")
+        assert status == 200 and [m["id"] for m in doc["data"]] == ["llama3"]
+    finally:
+        assert s.stop() == 0
+    err = s.proc.stderr.read()
+    for name in ("junk.gguf", "empty.gguf", "cut.gguf", "noweights", "bad\\xFFname.gguf"):
+        assert f"larql serve: skipping {name}: " in err, err
+

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "formats/gguf.h"
 #include "server/model_pool.h"
 #include "server/model_router.h"
 #include "util/error.h"
@@ -178,12 +179,28 @@ TEST(ModelRouter, TheModelFieldChooses) {
   EXPECT_THROW(ModelRouter::model_of(q, &fwd), Error);
 }
 
+// The bytes of a valid GGUF (the spec's layout, through the writer): one metadata entry and one
+// f32 tensor of 8 values (32 bytes of data after the header).
+std::vector<uint8_t> tiny_gguf() {
+  GgufWriter w;
+  w.set("general.architecture", GgufValue::str("llama"));
+  const std::vector<float> v(8, 1.0f);
+  w.add_tensor("t", DType::F32, {8}, v.data(), v.size() * sizeof(float));
+  return w.serialize();
+}
+
+void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
 TEST(ScanModelDir, FindsModelsAndNamesThem) {
   const fs::path d = fs::temp_directory_path() / ("larql-scan-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d / "tiny.vindex");
   fs::create_directories(d / "empty-dir");
-  std::ofstream(d / "a.gguf") << "x";
+  const std::vector<uint8_t> good = tiny_gguf();
+  write_bytes(d / "a.gguf", good);
   std::ofstream(d / "notes.txt") << "x";
   std::ofstream(d / ".hidden.gguf") << "x";
   // A vindex that cannot run (here: an index.json that does not read; a level below inference
@@ -194,11 +211,11 @@ TEST(ScanModelDir, FindsModelsAndNamesThem) {
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].id, "a");
   EXPECT_EQ(found[0].format, "gguf");
-  EXPECT_EQ(found[0].bytes, 1u);
+  EXPECT_EQ(found[0].bytes, good.size());
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_EQ(skipped[0].rfind("tiny.vindex: ", 0), 0u) << skipped[0];
   // The same name twice: whole names.
-  std::ofstream(d / "b.gguf") << "yy";
+  write_bytes(d / "b.gguf", good);
   fs::create_directories(d / "b");
   std::ofstream(d / "b" / "config.json") << "{}";
   std::ofstream(d / "b" / "model.safetensors") << "z";
@@ -208,10 +225,71 @@ TEST(ScanModelDir, FindsModelsAndNamesThem) {
   EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "b.gguf"}));
   fs::remove_all(d / "a.gguf");
   fs::remove_all(d / "b.gguf");
+  fs::remove_all(d / "tiny.vindex");
   fs::remove_all(d / "b");
   EXPECT_THROW(scan_model_dir(d.string()), Error);  // nothing left to serve
   EXPECT_THROW(scan_model_dir((d / "nope").string()), Error);
   fs::remove_all(d);
+}
+
+// What cannot load is left out at start with the name and the reason, never listed to fail later:
+// junk, empty and truncated .gguf files (magic and header checked), a Hugging Face directory with
+// no weights, a name that is not UTF-8; ids that still meet name both files.
+TEST(ScanModelDir, LeavesOutWhatCannotLoadAndSaysWhy) {
+  const fs::path d = fs::temp_directory_path() / ("larql-scan-junk-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  const std::vector<uint8_t> good = tiny_gguf();
+  write_bytes(d / "good.gguf", good);
+  std::ofstream(d / "junk.gguf") << "this is not a model";
+  std::ofstream(d / "empty.gguf");
+  write_bytes(d / "cut.gguf", std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() - 16)));
+  fs::create_directories(d / "noweights");
+  std::ofstream(d / "noweights" / "config.json") << "{}";
+  write_bytes(d / "bad\xff.gguf", good);
+  std::vector<std::string> skipped;
+  const auto found = scan_model_dir(d.string(), &skipped);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].id, "good");
+  std::map<std::string, std::string> why;
+  for (const auto& line : skipped) why[line.substr(0, line.find(": "))] = line;
+  ASSERT_EQ(why.size(), 5u) << ::testing::PrintToString(skipped);
+  for (const char* n : {"junk.gguf", "empty.gguf", "cut.gguf"}) {
+    ASSERT_TRUE(why.count(n)) << n;
+    EXPECT_NE(why[n].find("not a GGUF model"), std::string::npos) << why[n];
+  }
+  EXPECT_NE(why["noweights"].find("no model.safetensors"), std::string::npos) << why["noweights"];
+  ASSERT_TRUE(why.count("bad\\xFF.gguf")) << ::testing::PrintToString(skipped);
+  EXPECT_NE(why["bad\\xFF.gguf"].find("not UTF-8"), std::string::npos);
+  fs::remove_all(d);
+
+  // The Hugging Face directory "x" and the GGUF "x.gguf" meet on "x" and go by their whole names;
+  // "x.gguf" is then also the id of "x.gguf.gguf": refused, naming both paths.
+  fs::create_directories(d / "x");
+  std::ofstream(d / "x" / "config.json") << "{}";
+  std::ofstream(d / "x" / "model.safetensors") << "z";
+  write_bytes(d / "x.gguf", good);
+  write_bytes(d / "x.gguf.gguf", good);
+  try {
+    scan_model_dir(d.string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("two models named x.gguf: " + (d / "x.gguf").string() + " and " + (d / "x.gguf.gguf").string()),
+              std::string::npos) << m;
+  }
+  fs::remove_all(d);
+}
+
+TEST(ModelPool, TwoEntriesOfOneIdNameBothPaths) {
+  Counts c;
+  std::vector<ModelEntry> e = {{"m", "/models/one.gguf", "gguf", 1}, {"m", "/models/two.gguf", "gguf", 1}};
+  try {
+    ModelPool pool(e, 0, factory(c));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("/models/one.gguf and /models/two.gguf"), std::string::npos) << err.what();
+  }
 }
 
 }  // namespace
