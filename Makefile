@@ -8,7 +8,7 @@ PROMPT ?= Once upon a time, in a small village by the sea,
 FUZZ_SECONDS ?= 30
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-cpp test-web test-python test-python-package wheel fuzz tsan bench bench-kernels clean
+.PHONY: all setup build demo test test-cpp test-web test-python test-python-package wheel fuzz tsan bench bench-kernels bench-edit-eval clean
 
 all: build
 
@@ -75,6 +75,16 @@ bench: setup build
 bench-kernels: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS) --target larql_kernel_bench
 	./$(BUILD)/larql_kernel_bench $(BENCH_ARGS)
+
+# Knowledge edits measured (docs/cli.md "edit-eval", docs/BENCHMARKS.md "Knowledge edits (edit-eval)"):
+# the 100-fact subset, each fact alone and all accumulated in one patch (about half an hour on 2
+# cores); EDIT_EVAL_SET=data/edit_eval/full.jsonl EDIT_EVAL_ARGS="--single 0 --every 100" for the
+# 1,000 sequential INSERTs (hours). The JSON document goes to $(BUILD)/edit-eval.json.
+EDIT_EVAL_SET ?= data/edit_eval/subset100.jsonl
+EDIT_EVAL_ARGS ?= --every 10
+bench-edit-eval: setup build
+	test -f $(BUILD)/edit-eval.vindex/index.json || ./$(BUILD)/larql extract $(MODEL) -o $(BUILD)/edit-eval.vindex --level inference
+	./$(BUILD)/larql edit-eval $(BUILD)/edit-eval.vindex --set $(EDIT_EVAL_SET) $(EDIT_EVAL_ARGS) --json-out $(BUILD)/edit-eval.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)

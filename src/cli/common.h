@@ -143,6 +143,7 @@ void register_slice(CLI::App& app);
 void register_export(CLI::App& app);
 void register_cache(CLI::App& app);    // list, link, rm
 void register_label(CLI::App& app);    // probe labels: feature_labels.json
+void register_edit_eval(CLI::App& app);  // knowledge edits measured: efficacy, paraphrase, neighbourhood, ...
 
 /// Write to stdout and flush. Error{Io} naming stdout and the OS reason (a closed pipe, a full
 /// disk), so streaming stops at the first failed write.

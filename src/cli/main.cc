@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   larql::cli::register_serve(app);
   larql::cli::register_router(app);
   larql::cli::register_label(app);
+  larql::cli::register_edit_eval(app);
   // Name an unknown verb instead of CLI11's generic "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;

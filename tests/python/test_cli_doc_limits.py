@@ -67,6 +67,7 @@ def fixtures(tmp_path_factory, model_path):
         "shannon": ["shannon", model_path, "--corpus", text],
         "compare": ["compare", d / "a.vindex", d / "b.vindex"],
         "compile": ["compile", d / "none.vindex", "-o", d / "out"],
+        "edit-eval": ["edit-eval", d / "none.vindex", "--set", d / "none.jsonl"],
     }
     return base
 
