@@ -26,6 +26,7 @@
 
 #include "api/api.h"
 #include "cli/common.h"
+#include "lql/printer.h"
 #include "cli/edit_eval_report.h"
 #include "cli/edit_eval_set.h"
 #include "cli/progress.h"
@@ -52,20 +53,7 @@ struct Args {
 };
 
 // An LQL string literal: the escapes the lexer reads (docs/lql.md "Lexical").
-std::string lql_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default: out += c;
-    }
-  }
-  return out + "\"";
-}
+std::string lql_string(const std::string& s) { return lql::quote_string(s); }
 
 class Evaluator {
  public:

@@ -41,18 +41,6 @@ StDType st_of(DType t) { return t == DType::F16 ? StDType::F16 : t == DType::BF1
 
 size_t elem_size(DType t) { return t == DType::F32 ? 4 : 2; }
 
-bool is_norm_role(TensorRole r) {
-  switch (r) {
-    case TensorRole::OutputNorm:
-    case TensorRole::AttnNorm:
-    case TensorRole::AttnQNorm:
-    case TensorRole::AttnKNorm:
-    case TensorRole::PostAttnNorm:
-    case TensorRole::FfnNorm:
-    case TensorRole::PostFfnNorm: return true;
-    default: return false;
-  }
-}
 
 /// One run of rows of a source tensor, written in the output's order and type.
 struct RowRun {

@@ -21,19 +21,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// RMSNorm weights: Gemma stores w, used as 1 + w (ArchRecord::hf_norm_plus_one).
-bool is_norm_role(TensorRole r) {
-  switch (r) {
-    case TensorRole::OutputNorm:
-    case TensorRole::AttnNorm:
-    case TensorRole::AttnQNorm:
-    case TensorRole::AttnKNorm:
-    case TensorRole::PostAttnNorm:
-    case TensorRole::FfnNorm:
-    case TensorRole::PostFfnNorm: return true;
-    default: return false;
-  }
-}
 
 std::optional<DType> dtype_of(StDType t) {
   switch (t) {

@@ -49,6 +49,21 @@ enum class TensorRole {
   FfnDownShexp,     ///< [hidden, shared_expert_ffn]
 };
 
+/// Whether a role is an RMSNorm weight (output, attention, q/k, post-attention, FFN, post-FFN
+/// norms): the tensors a family may store as w or as 1 + w (ArchRecord::hf_norm_plus_one).
+inline bool is_norm_role(TensorRole r) {
+  switch (r) {
+    case TensorRole::OutputNorm:
+    case TensorRole::AttnNorm:
+    case TensorRole::AttnQNorm:
+    case TensorRole::AttnKNorm:
+    case TensorRole::PostAttnNorm:
+    case TensorRole::FfnNorm:
+    case TensorRole::PostFfnNorm: return true;
+    default: return false;
+  }
+}
+
 /// True for roles stored once per layer.
 bool is_layer_role(TensorRole role);
 
