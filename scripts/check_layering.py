@@ -32,7 +32,8 @@ LAYERS = {
     "kv": ["inference", "boundary", "tokenizer"],
     "accuracy": ["kv"],
     "shard": ["inference"],
-    "api": ["kv", "lql", "shard"],
+    "cuda": ["inference"],
+    "api": ["kv", "lql", "shard", "cuda"],
     "server": ["api", "kv", "lql"],
     "vindexfile": ["extract", "lql"],
     "cli": ["api", "kv", "accuracy", "extract", "lql", "server", "shard", "vindexfile"],
@@ -81,7 +82,7 @@ def check(root, graph=LAYERS):
             continue
         allowed = below[folder] | {folder}
         for path in sorted((src / folder).rglob("*")):
-            if path.suffix not in (".h", ".cc") or not path.is_file():
+            if path.suffix not in (".h", ".cc", ".cu", ".cuh") or not path.is_file():
                 continue
             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
                 m = INCLUDE.match(line)

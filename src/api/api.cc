@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "inference/device.h"
 #include "inference/kv_cache.h"
 #include "lql/executor.h"
 #include "lql/parser.h"
@@ -13,6 +14,9 @@
 #include "model/vindex_source.h"
 #include "util/error.h"
 #include "vindex/index.h"
+#ifdef LARQL_CUDA
+#include "cuda/cuda_model.h"
+#endif
 
 namespace larql::api {
 
@@ -29,9 +33,25 @@ std::shared_ptr<LoadedModel> LoadedModel::open(const std::string& path, const Op
   std::error_code ec;
   if (path.empty()) throw Error(ErrorKind::InvalidArgument, "no model path given");
   if (!fs::exists(path, ec)) throw Error(ErrorKind::NotFound, "model " + path + " not found: no such file or directory");
+  const Device device = parse_device(opt.device);
+  if (device == Device::Cuda) {
+    if (!opt.ffn.empty())
+      throw Error(ErrorKind::InvalidArgument, "--device cuda with a remote FFN (--ffn) is not supported: the GPU runs whole layers");
+    if (opt.verb == "perplexity")
+      throw Error(ErrorKind::BackendUnavailable, "perplexity runs on the CPU only (--device cpu)");
+#ifndef LARQL_CUDA
+    throw Error(ErrorKind::BackendUnavailable,
+                "this larql was built without CUDA: configure with -DLARQL_CUDA=ON where nvcc is installed "
+                "(docs/backends.md), or use --device cpu");
+#endif
+  }
   if (opt.ffn.empty()) {
     check_model_dir(path, opt.verb);
-    return wrap(Model::load(path), opt.threads);
+    auto m = wrap(Model::load(path), opt.threads);
+#ifdef LARQL_CUDA
+    if (device == Device::Cuda) m->device_ = cuda::open_model(m->model_);
+#endif
+    return m;
   }
   const std::string addrs = shard::remote_ffn_addresses(opt.ffn);
   if (addrs.empty())
@@ -65,6 +85,7 @@ std::shared_ptr<LoadedModel> LoadedModel::wrap(std::shared_ptr<const Model> mode
 std::shared_ptr<Forward> LoadedModel::forward() const {
   auto f = std::make_shared<Forward>(model_, pool_);
   if (!ffn_shards_.empty()) shard::attach_remote_ffn(*f, ffn_shards_);
+  if (device_) f->set_device(device_);
   return f;
 }
 

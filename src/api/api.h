@@ -38,6 +38,9 @@ struct OpenOptions {
   std::string ffn;
   shard::ClientTls shard_tls;                          ///< TLS to the shards (empty CA: plaintext)
   std::chrono::milliseconds shard_timeout{30000};      ///< the deadline of each shard call
+  /// Where the forward pass runs: "cpu" (the CPU code) or "cuda" (the weights uploaded to GPU 0
+  /// of a -DLARQL_CUDA=ON build; only the `standard` engine runs there: docs/backends.md).
+  std::string device = "cpu";
 };
 
 /// A model opened for running: its weights (memory-mapped, read-only), its tokenizer and a thread
@@ -73,6 +76,8 @@ class LoadedModel {
   std::shared_ptr<Forward> forward() const;
   /// The shards running the FFN, one per layer (empty: the FFN runs here).
   const shard::ShardMap& ffn_shards() const { return ffn_shards_; }
+  /// The GPU backend the model's forwards run on (OpenOptions::device), or null for the CPU.
+  const std::shared_ptr<DeviceModel>& device() const { return device_; }
 
   /// Token ids of `text`: BOS first when `add_bos` and the vocabulary wants one; special-token
   /// text ("<start_of_turn>") parsed to its id when `parse_special`.
@@ -107,6 +112,7 @@ class LoadedModel {
   std::shared_ptr<const Tokenizer> tok_;
   std::shared_ptr<ThreadPool> pool_;
   shard::ShardMap ffn_shards_;
+  std::shared_ptr<DeviceModel> device_;
 };
 
 /// For a directory: nothing when it is a Hugging Face model or a vindex that can run `verb`;

@@ -67,6 +67,7 @@ Loaded load(const std::string& model, int threads, const std::string& verb, cons
     opt.shard_tls = shard::ClientTls{ffn->ca, ffn->cert, ffn->key, ffn->server_name};
     opt.shard_timeout = std::chrono::milliseconds(ffn->timeout_ms);
   }
+  if (ffn != nullptr) opt.device = ffn->device;
   auto handle = api::LoadedModel::open(path, opt);
   register_input(path, "the model");
   return Loaded{handle, handle->model_ptr(), handle->forward(), handle->tokenizer()};
@@ -183,6 +184,11 @@ void add_sampler_flags(CLI::App* app, SamplerParams& p, bool& seed_set) {
 }
 
 void add_ffn_flags(CLI::App* app, FfnArgs& a) {
+  app->add_option("--device", a.device,
+                  "where the forward pass runs: cpu, or cuda (a build configured with -DLARQL_CUDA=ON, an NVIDIA GPU; "
+                  "only the standard engine; docs/backends.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->default_str("cpu");
   app->add_option("--ffn", a.ffn,
                   "run the FFN on shards: remote:HOST:PORT[,HOST:PORT...] (`larql serve MODEL --layers A-B "
                   "--grpc-port P` on the same model file; docs/sharding.md)");

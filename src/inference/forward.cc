@@ -40,6 +40,7 @@ std::shared_ptr<Forward> Forward::sibling() const {
   auto f = std::make_shared<Forward>(model_, pool_);
   f->ffns_ = ffns_;
   f->chunk_ = chunk_;
+  f->device_ = device_;
   return f;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "compute/ops.h"
+#include "inference/device.h"
 #include "inference/ffn.h"
 #include "inference/kv_cache.h"
 #include "model/model.h"
@@ -225,6 +226,12 @@ class Forward {
   /// set_ffn replaced it).
   Ffn& ffn(int64_t layer);
 
+  /// The backend the engines made over this Forward run on (kv/registry.h make_engine): null
+  /// (the default) = this Forward's own CPU code; a GPU DeviceModel (api::OpenOptions::device)
+  /// makes `standard` a DeviceEngine over it. sibling() carries it.
+  void set_device(std::shared_ptr<DeviceModel> device) { device_ = std::move(device); }
+  const std::shared_ptr<DeviceModel>& device() const { return device_; }
+
   /// Attach (or, with nullptr, detach) an observer; not owned, must outlive its attachment.
   void set_observer(LayerObserver* obs) { observer_ = obs; }
   LayerObserver* observer() const { return observer_; }
@@ -289,6 +296,7 @@ class Forward {
   std::shared_ptr<ThreadPool> pool_;
   Workspace ws_;
   std::vector<std::shared_ptr<Ffn>> ffns_;  ///< per layer; empty or null entries: dense
+  std::shared_ptr<DeviceModel> device_;
   LayerObserver* observer_ = nullptr;
   const std::atomic<bool>* cancel_ = nullptr;
   std::function<void(int64_t)> layer_progress_;

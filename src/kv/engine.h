@@ -72,6 +72,17 @@ class Engine {
   /// Error{InvalidArgument} for a file from another model, engine or configuration.
   virtual void load_state(const std::string& path) = 0;
 
+  /// The last position's logits computed where the engine runs (a GPU engine keeps its residual
+  /// on the device): true with out [vocab] filled; false (the default) = the caller applies
+  /// Forward::logits to the residual prefill/decode_step returned.
+  virtual bool device_logits(float* out) {
+    (void)out;
+    return false;
+  }
+  /// The last position's greedy token (lowest index of the largest logit) computed where the
+  /// engine runs, without copying the logits; -1 (the default) = not available.
+  virtual int32_t device_argmax() { return -1; }
+
   /// The generation session of the current sequence; save_state() writes it, load_state()
   /// restores it. Engines never interpret it.
   SessionState& session() { return session_; }

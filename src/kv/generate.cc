@@ -146,7 +146,15 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     throw Error(ErrorKind::ContextOverflow, "the engine's context is " + std::to_string(engine.n_past()) +
                                                 " tokens after the prompt, more than the " + std::to_string(ctx) + " allowed");
   forward.set_layer_progress({});
-  forward.logits(h.data(), 1, logits.data());
+  // Greedy decoding on an engine that computes logits where it runs (a GPU) reads the argmax
+  // alone; otherwise the logits come from the engine or from Forward::logits on the residual.
+  const bool device_greedy = opt.sampler.temperature == 0 && opt.sampler.repeat_penalty == 1.0f &&
+                             engine.device_argmax() >= 0;
+  auto next_logits = [&] {
+    if (device_greedy) return;
+    if (!engine.device_logits(logits.data())) forward.logits(h.data(), 1, logits.data());
+  };
+  next_logits();
   r.prefill_seconds = now_s() - t0;
   // From here on the session describes the sequence, however the loop ends (even by an error).
   std::vector<int32_t>& history = session.history;  // also the repetition penalty's window
@@ -179,7 +187,7 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
       r.stop_reason = "cancelled";
       break;
     }
-    const int32_t next = sampler.sample(logits.data(), vocab, history);
+    const int32_t next = device_greedy ? engine.device_argmax() : sampler.sample(logits.data(), vocab, history);
     if (opt.stop_at_eog && std::find(eog.begin(), eog.end(), next) != eog.end()) {
       r.stop_reason = "eog";
       break;
@@ -199,7 +207,7 @@ GenerateResult generate(Engine& engine, Forward& forward, const Tokenizer& tok,
     if (step + 1 == opt.max_tokens) break;  // `next` stays in the history, not yet consumed
     h = engine.decode_step(next);
     ++r.decoded;
-    forward.logits(h.data(), 1, logits.data());
+    next_logits();
   }
   r.decode_seconds = now_s() - t0;
   emit(text.finish());

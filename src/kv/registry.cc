@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "kv/device_engine.h"
 #include "kv/standard.h"
 #include "kv/no_cache.h"
 #include "kv/markov_rs.h"
@@ -351,6 +352,12 @@ std::vector<EngineSpec> parse_engine_list(std::string_view specs) {
 std::unique_ptr<Engine> make_engine(const EngineSpec& spec, std::shared_ptr<Forward> forward) {
   const EngineEntry* e = find_entry(spec.name);
   if (e == nullptr) throw Error(ErrorKind::InvalidArgument, "unknown engine '" + spec.name + "'");
+  // A backend without host K/V (a GPU) runs `standard` itself; the other engines need host state.
+  if (forward && forward->device() && !forward->device()->supports(DeviceFeature::HostKv)) {
+    if (e->name != "standard" || !spec.params.empty()) refuse_on_device(spec.to_string(), *forward->device());
+    auto device = forward->device();
+    return std::make_unique<DeviceEngine>(std::move(forward), std::move(device));
+  }
   return e->make(std::move(forward), spec);
 }
 
