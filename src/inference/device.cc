@@ -70,6 +70,16 @@ class CpuSequence final : public DeviceSequence {
       ran_ = false;
       return;
     }
+    // Sliding layers have dropped rows older than their window: a query at `pos` needs the keys
+    // pos - window + 1 .. pos - 1, which must still be held.
+    for (int64_t li = 0; li < cache_.n_layers(); ++li) {
+      const LayerKv& l = cache_.layer(li);
+      const int64_t need = l.span() > 0 ? std::max<int64_t>(0, pos - l.span() + 1) : 0;
+      if (l.first_pos() > need)
+        throw Error(ErrorKind::InvalidArgument, "truncate: layer " + std::to_string(li) + " no longer holds position " +
+                                                    std::to_string(need) + " (its window dropped it); rewind at most to " +
+                                                    std::to_string(l.first_pos() + (l.span() > 0 ? l.span() - 1 : 0)));
+    }
     for (int64_t li = 0; li < cache_.n_layers(); ++li) cache_.layer(li).truncate(pos);
     ran_ = false;  // the last position's residual is no longer held
   }

@@ -60,7 +60,8 @@ class DeviceSequence {
   /// The lowest-index largest logit of the last position (greedy decoding without a copy of the
   /// logits where the backend supports DeviceFeature::DeviceLogits).
   virtual int32_t argmax() = 0;
-  /// Drop every position >= pos (0 clears). Errors: Error{InvalidArgument} for pos > n_past().
+  /// Drop every position >= pos (0 clears). Errors: Error{InvalidArgument} for pos > n_past(), or
+  /// (CPU backend) when a sliding layer has already dropped rows a query at pos would see.
   virtual void truncate(int64_t pos) = 0;
   /// Bytes of K/V held for the positions so far (logical rows, as EngineMemory counts them).
   virtual size_t kv_bytes() const = 0;
