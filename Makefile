@@ -8,7 +8,7 @@ PROMPT ?= Once upon a time, in a small village by the sea,
 FUZZ_SECONDS ?= 30
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-cpp test-web test-python test-python-package wheel fuzz tsan bench bench-kernels bench-edit-eval clean
+.PHONY: all setup build demo test test-cpp test-web test-python test-python-package wheel fuzz tsan bench bench-kernels bench-edit-eval clean cuda cuda-compile
 
 all: build
 
@@ -57,7 +57,19 @@ fuzz:
 test-web:
 	cd web && npm run --silent typecheck && npm run --silent lint && npm run --silent test
 
-test: setup build test-cpp test-web fuzz test-python test-python-package
+test: setup build test-cpp test-web fuzz test-python test-python-package cuda-compile
+
+# The CUDA backend's device code compiled for sm_90 without a GPU (nvcc from the system, or
+# NVIDIA's wheels into .cuda/: scripts/cuda_toolkit.sh); its CPU reference runs in test-cpp.
+cuda-compile: setup
+	scripts/cuda_compile_check.sh
+
+# A CUDA build of everything (docs/backends.md): build-cuda/larql --device cuda.
+CUDA_BUILD ?= build-cuda
+cuda: setup
+	@test -f $(CUDA_BUILD)/build.ninja || { T=$$(scripts/cuda_toolkit.sh) && cmake -S . -B $(CUDA_BUILD) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Release -DLARQL_CUDA=ON -DCMAKE_CUDA_COMPILER=$$T/bin/nvcc -DCUDAToolkit_ROOT=$$T; }
+	cmake --build $(CUDA_BUILD) -j $(JOBS) --target larql larql_gpu_check larql_synth_gemma3
 
 # ThreadSanitizer over the threading tests (docs/architecture.md "Many sequences"): its own build
 # directory, only the libraries and the two test binaries they need; a race fails the run.
