@@ -190,17 +190,6 @@ LARQL_UNROLL
   }
 }
 
-/// GGML's get_scale_min_k4: the 6-bit scale and min of sub-block j from the 12 scale bytes.
-LARQL_HD void scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 template <>
 LARQL_HD void decode_unit<DType::Q4_K>(const uint8_t* row, int64_t, int64_t u, float* w) {
   const uint8_t* sb = row + (u >> 3) * 144;
@@ -208,16 +197,20 @@ LARQL_HD void decode_unit<DType::Q4_K>(const uint8_t* row, int64_t, int64_t u, f
   const uint32_t head = load4(sb);
   const float d = half_to_float(static_cast<uint16_t>(head & 0xFFFF));
   const float dmin = half_to_float(static_cast<uint16_t>(head >> 16));
-  uint8_t scales[12];
-  const uint32_t s0 = load4(sb + 4), s1 = load4(sb + 8), s2 = load4(sb + 12);
-LARQL_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    scales[i] = static_cast<uint8_t>(s0 >> (8 * i));
-    scales[4 + i] = static_cast<uint8_t>(s1 >> (8 * i));
-    scales[8 + i] = static_cast<uint8_t>(s2 >> (8 * i));
-  }
+  // GGML's get_scale_min_k4 over the 12 scale bytes, held as three words (no local array).
+  const uint32_t sw[3] = {load4(sb + 4), load4(sb + 8), load4(sb + 12)};
+  auto byte = [&sw](int i) -> uint8_t {
+    const uint32_t w = i < 4 ? sw[0] : i < 8 ? sw[1] : sw[2];
+    return static_cast<uint8_t>(w >> ((i & 3) * 8));
+  };
   uint8_t sc, m;
-  scale_min_k4(j, scales, sc, m);
+  if (j < 4) {
+    sc = byte(j) & 63;
+    m = byte(j + 4) & 63;
+  } else {
+    sc = static_cast<uint8_t>((byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4));
+    m = static_cast<uint8_t>((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
+  }
   const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
   const uint8_t* q = sb + 16 + (j >> 1) * 32;
   const int shift = (j & 1) * 4;
