@@ -88,10 +88,38 @@ std::vector<int32_t> bench_prompt(const Tokenizer& tok, int64_t n) {
   return ids;
 }
 
+// N standard engines on the CPU, stepped together through StandardEngine::decode_batch.
+void run_batch_cpu(const Loaded& l, const BenchArgs& a, const std::vector<int32_t>& text, int64_t n,
+                   std::vector<double>& step_s) {
+  const ModelConfig& c = l.model->config();
+  std::vector<std::unique_ptr<StandardEngine>> engines;
+  std::vector<StandardEngine::BatchStep> steps(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    engines.push_back(std::make_unique<StandardEngine>(l.forward, 0));
+    std::vector<int32_t> ids{text[0]};  // the BOS, or the text's first token (shifted rest)
+    ids.insert(ids.end(), text.begin() + 1 + i, text.begin() + a.prompt_tokens + i);
+    engines.back()->prefill(ids);
+    steps[static_cast<size_t>(i)].engine = engines.back().get();
+    steps[static_cast<size_t>(i)].token = text[static_cast<size_t>(a.prompt_tokens + i)];
+  }
+  std::vector<float> x(static_cast<size_t>(n * c.hidden)), logits(static_cast<size_t>(n * c.vocab));
+  for (int64_t step = 0; step < a.decode_tokens; ++step) {
+    const double t0 = now_s();
+    StandardEngine::decode_batch(*l.forward, steps);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(steps[i].hidden.begin(), steps[i].hidden.end(), x.begin() + i * c.hidden);
+    l.forward->logits(x.data(), n, logits.data());
+    for (int64_t i = 0; i < n; ++i)
+      steps[static_cast<size_t>(i)].token = static_cast<int32_t>(compute::argmax(logits.data() + i * c.vocab, c.vocab));
+    step_s.push_back(now_s() - t0);
+  }
+}
+
 // `--batch 1,2,4,8,16`: for each N, N standard engines each prefill a prompt of --prompt-tokens
 // (the bench text, shifted by one token per sequence), then step together --decode-tokens times
 // through StandardEngine::decode_batch (one pass over the weights per step) with a batched
 // lm_head and greedy tokens. Aggregate tok/s = N / median step time (step + logits + argmax).
+// With --device cuda: N device sequences through DeviceModel::decode_batch (argmax on the GPU).
 void run_batch(const BenchArgs& a) {
   const std::vector<int64_t>& sizes = a.batch;
   Loaded l = load(a.model, a.threads, "bench", &a.ffn);
@@ -107,28 +135,29 @@ void run_batch(const BenchArgs& a) {
                 c.name.c_str(), l.forward->pool().size(), (long long)a.prompt_tokens, (long long)a.decode_tokens,
                 "sequences", "aggregate/s", "per-seq/s", "ms/step");
   double single = 0;
+  const std::shared_ptr<DeviceModel>& device = l.handle->device();
   for (const int64_t n : sizes) {
-    std::vector<std::unique_ptr<StandardEngine>> engines;
-    std::vector<StandardEngine::BatchStep> steps(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      engines.push_back(std::make_unique<StandardEngine>(l.forward, 0));
-      std::vector<int32_t> ids{text[0]};  // the BOS, or the text's first token (shifted rest)
-      ids.insert(ids.end(), text.begin() + 1 + i, text.begin() + a.prompt_tokens + i);
-      engines.back()->prefill(ids);
-      steps[static_cast<size_t>(i)].engine = engines.back().get();
-      steps[static_cast<size_t>(i)].token = text[static_cast<size_t>(a.prompt_tokens + i)];
-    }
-    std::vector<float> x(static_cast<size_t>(n * c.hidden)), logits(static_cast<size_t>(n * c.vocab));
     std::vector<double> step_s;
-    for (int64_t step = 0; step < a.decode_tokens; ++step) {
-      const double t0 = now_s();
-      StandardEngine::decode_batch(*l.forward, steps);
-      for (int64_t i = 0; i < n; ++i)
-        std::copy(steps[i].hidden.begin(), steps[i].hidden.end(), x.begin() + i * c.hidden);
-      l.forward->logits(x.data(), n, logits.data());
-      for (int64_t i = 0; i < n; ++i)
-        steps[static_cast<size_t>(i)].token = static_cast<int32_t>(compute::argmax(logits.data() + i * c.vocab, c.vocab));
-      step_s.push_back(now_s() - t0);
+    if (device) {  // --device cuda: the backend's decode_batch, greedy tokens read on the device
+      std::vector<std::unique_ptr<DeviceSequence>> seqs;
+      std::vector<DeviceSequence*> ptrs;
+      std::vector<int32_t> tok(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<int32_t> ids{text[0]};
+        ids.insert(ids.end(), text.begin() + 1 + i, text.begin() + a.prompt_tokens + i);
+        seqs.push_back(device->new_sequence(a.prompt_tokens + a.decode_tokens + 1));
+        seqs.back()->append(ids.data(), static_cast<int64_t>(ids.size()));
+        ptrs.push_back(seqs.back().get());
+        tok[static_cast<size_t>(i)] = text[static_cast<size_t>(a.prompt_tokens + i)];
+      }
+      for (int64_t step = 0; step < a.decode_tokens; ++step) {
+        const double t0 = now_s();
+        device->decode_batch(ptrs, tok.data(), next.data());
+        tok = next;
+        step_s.push_back(now_s() - t0);
+      }
+    } else {
+      run_batch_cpu(l, a, text, n, step_s);
     }
     std::sort(step_s.begin(), step_s.end());
     const size_t m = step_s.size();

@@ -61,7 +61,9 @@ Loaded load(const std::string& model, int threads, const std::string& verb, cons
   if (threads > 0 && cores > 0 && static_cast<unsigned>(threads) > cores)
     std::fprintf(stderr, "warning: --threads %d is more than this machine's %u cores; it runs many times slower\n", threads,
                  cores);
-  api::OpenOptions opt{threads, verb};
+  api::OpenOptions opt;
+  opt.threads = threads;
+  opt.verb = verb;
   if (ffn != nullptr && !ffn->ffn.empty()) {
     opt.ffn = ffn->ffn;
     opt.shard_tls = shard::ClientTls{ffn->ca, ffn->cert, ffn->key, ffn->server_name};

@@ -184,3 +184,17 @@ def test_show_reads_a_hugging_face_directory(larql_bin, hf_dir):
     cfg = json.loads((hf_dir / "config.json").read_text())
     shown = json.loads(p.stdout)
     assert shown["hidden"] == cfg["hidden_size"] and shown["ffn"] == cfg["intermediate_size"], shown
+
+
+def test_device_cuda_without_cuda_build(model_path, tmp_path):
+    # The CPU-only build (CI's) says how to get a CUDA one; an unknown device is refused by name.
+    proc = _run(["run", str(model_path), "hello", "-n", "1", "--device", "cuda"])
+    if proc.returncode == 0:
+        pytest.skip("this larql was built with CUDA and found a GPU")
+    _check_error(proc, "-DLARQL_CUDA=ON", "no usable CUDA device", what="run --device cuda")
+    _check_error(_run(["run", str(model_path), "hello", "-n", "1", "--device", "gpu"]), "cuda", "cpu",
+                 what="run --device gpu")
+    text = tmp_path / "t.txt"
+    text.write_text("a b c d")
+    _check_error(_run(["perplexity", str(model_path), str(text), "--device", "cuda"]), "cpu",
+                 what="perplexity --device cuda")
