@@ -51,6 +51,10 @@ timeout 60 $RUN $G/bin/larql run /tmp/270m.gguf "The capital of France is" -n 16
 timeout 60 $RUN $G/bin/larql run /tmp/270m.gguf "The capital of France is" -n 16 --temp 0 --ignore-eos --device cpu 2>&1 | tail -4
 timeout 60 $RUN $G/bin/larql run /tmp/270m.gguf "x" -n 4 --engine markov-rs --device cuda 2>&1 | tail -2
 
+echo "=== larql bench --device cuda (the CLI path) on 4b"
+timeout 120 $RUN $G/bin/larql bench /tmp/4b.gguf --device cuda --prompt-tokens 2048 --decode-tokens 128 2>&1 | tail -6
+timeout 120 $RUN $G/bin/larql bench /tmp/4b.gguf --device cuda --batch 1,4,16 --prompt-tokens 16 --decode-tokens 32 2>&1 | tail -5
+
 echo "=== compute-sanitizer memcheck (270m, --quick)"
 timeout 300 compute-sanitizer --tool memcheck --leak-check no $RUN $G/bin/larql_gpu_check /tmp/270m.gguf --quick \
   > "$OUT/sanitizer.txt" 2>&1
