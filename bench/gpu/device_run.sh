@@ -4,6 +4,7 @@
 # (larql built with -DLARQL_CUDA=ON, larql_gpu_check, larql_synth_gemma3, their shared libraries,
 # the default model's metadata, llama.cpp's sources). Results go to $OUT (default /tmp/gpu-out).
 #   bench/gpu/device_run.sh [shapes...]      default: 270m 1b 4b
+# SANITIZE=0 leaves out compute-sanitizer (minutes); LLAMA=0 leaves out llama.cpp; HF=0 transformers.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -23,7 +24,7 @@ ldd --version | head -1; nproc
 shapes=${*:-270m 1b 4b}
 
 # llama.cpp with CUDA, built in the background from the llama-cpp-python sdist's sources.
-(
+[ "${LLAMA:-1}" = 1 ] && (
   mkdir -p /tmp/ll && tar xJf .gpu/llama_src.tar.xz -C /tmp/ll && cd /tmp/ll/llama.cpp &&
   cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release > "$OUT/llama_cfg.log" 2>&1 &&
@@ -43,7 +44,7 @@ for s in $shapes; do
   extra=""
   [ "$s" = 4b ] && extra="--bench"
   [ "$s" = 1b ] && extra="--bench"
-  timeout 400 $RUN $G/bin/larql_gpu_check /tmp/$s.gguf $extra 2>&1 | tee "$OUT/gpu_check_$s.txt" | grep -v "^  prompt"
+  timeout 200 $RUN $G/bin/larql_gpu_check /tmp/$s.gguf $extra 2>&1 | tee "$OUT/gpu_check_$s.txt" | grep -v "^  prompt"
 done
 
 echo "=== larql run --device cuda (CLI path)"
@@ -55,15 +56,11 @@ echo "=== larql bench --device cuda (the CLI path) on 4b"
 timeout 120 $RUN $G/bin/larql bench /tmp/4b.gguf --device cuda --prompt-tokens 2048 --decode-tokens 128 2>&1 | tail -6
 timeout 120 $RUN $G/bin/larql bench /tmp/4b.gguf --device cuda --batch 1,4,16 --prompt-tokens 16 --decode-tokens 32 2>&1 | tail -5
 
-echo "=== compute-sanitizer memcheck (270m, --quick)"
-timeout 300 compute-sanitizer --tool memcheck --leak-check no $RUN $G/bin/larql_gpu_check /tmp/270m.gguf --quick \
-  > "$OUT/sanitizer.txt" 2>&1
-echo "sanitizer rc $?"; grep -E "ERROR SUMMARY|PASS|FAIL" "$OUT/sanitizer.txt" | tail -8
-
 echo "=== transformers (random bf16 weights of the 4b shape, static cache)"
-timeout 240 python3 bench/gpu/hf_bench.py 2>&1 | tail -8 | tee "$OUT/hf.txt"
+[ "${HF:-1}" = 1 ] && timeout 150 python3 bench/gpu/hf_bench.py 2>&1 | tail -8 | tee "$OUT/hf.txt"
 
-wait $LLAMA_PID; cat "$OUT/llama_build.rc" 2>/dev/null; tail -3 "$OUT/llama_build.log"
+for i in $(seq 1 "${LLAMA_WAIT:-240}"); do [ -f "$OUT/llama_build.rc" ] && break; sleep 1; done
+cat "$OUT/llama_build.rc" 2>/dev/null; tail -3 "$OUT/llama_build.log"
 LB=/tmp/ll/llama.cpp/build/bin
 if [ -x $LB/llama-bench ]; then
   for s in $shapes; do
@@ -72,5 +69,12 @@ if [ -x $LB/llama-bench ]; then
     timeout 200 $LB/llama-bench -m /tmp/$s.gguf -ngl 99 -p 2048 -n 128 -r 3 -o md 2>&1 | grep -E "^\|" | tee -a "$OUT/llama_bench.txt"
   done
   timeout 200 $LB/llama-batched-bench -m /tmp/4b.gguf -ngl 99 -c 8192 -npp 16 -ntg 64 -npl 1,16 2>&1 | grep -E "^\|" | tee -a "$OUT/llama_batched.txt"
+fi
+if [ "${SANITIZE:-1}" = 1 ]; then
+echo "=== compute-sanitizer memcheck (270m, --quick)"
+timeout 300 compute-sanitizer --tool memcheck --leak-check no $RUN $G/bin/larql_gpu_check /tmp/270m.gguf --quick \
+  > "$OUT/sanitizer.txt" 2>&1
+echo "sanitizer rc $?"; grep -E "ERROR SUMMARY|PASS|FAIL" "$OUT/sanitizer.txt" | tail -8
+
 fi
 echo "=== done"
