@@ -11,12 +11,17 @@ mkdir -p "$OUT"
 G=/tmp/larql-gpu
 mkdir -p $G
 tar xJf .gpu/payload.tar.xz -C $G
+# The C runtime the payload carries is only for its own loader (below), never for the host's tools.
+mkdir -p $G/sys
+for f in libc.so.6 libm.so.6 ld-linux-x86-64.so.2 libstdc++.so.6 libgcc_s.so.1 libpthread.so.0 libdl.so.2 librt.so.1; do
+  [ -f $G/lib/$f ] && mv $G/lib/$f $G/sys/
+done
 export LD_LIBRARY_PATH=$G/lib:${LD_LIBRARY_PATH:-}
 # The payload was built against an older glibc than most hosts have; where the host's is older,
 # run it through the payload's own loader.
 RUN=""
 if ! $G/bin/larql_synth_gemma3 2>&1 | grep -q usage; then
-  RUN="$G/lib/ld-linux-x86-64.so.2 --library-path $G/lib:${LD_LIBRARY_PATH}"
+  RUN="$G/sys/ld-linux-x86-64.so.2 --library-path $G/sys:${LD_LIBRARY_PATH}"
   echo "using the payload's loader"
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
