@@ -32,7 +32,7 @@ shapes=${*:-270m 1b 4b}
 [ "${LLAMA:-1}" = 1 ] && (
   mkdir -p /tmp/ll && tar xJf .gpu/llama_src.tar.xz -C /tmp/ll && cd /tmp/ll/llama.cpp &&
   cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release > "$OUT/llama_cfg.log" 2>&1 &&
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release > "$OUT/llama_cfg.log" 2>&1 &&
   cmake --build build -j 10 --target llama-bench llama-batched-bench > "$OUT/llama_build.log" 2>&1
   echo "llama.cpp build: rc $?" > "$OUT/llama_build.rc"
 ) &
@@ -40,7 +40,7 @@ LLAMA_PID=$!
 
 for s in $shapes; do
   t0=$(date +%s)
-  $RUN $G/bin/larql_synth_gemma3 $G/vocab.gguf $s /tmp/$s.gguf 1 2>&1 | tail -1
+  $RUN $G/bin/larql_synth_gemma3 $G/vocab.gguf $s /tmp/$s.gguf 1 2>&1 | tr '\r' '\n' | tail -1
   echo "synth $s: $(( $(date +%s) - t0 )) s, $(stat -c %s /tmp/$s.gguf) bytes"
 done
 
@@ -68,16 +68,15 @@ for i in $(seq 1 "${LLAMA_WAIT:-240}"); do [ -f "$OUT/llama_build.rc" ] && break
 cat "$OUT/llama_build.rc" 2>/dev/null; tail -3 "$OUT/llama_build.log"
 LB=/tmp/ll/llama.cpp/build/bin
 if [ -x $LB/llama-bench ]; then
-  for s in $shapes; do
-    [ "$s" = 270m ] && continue
+  for s in ${LLAMA_SHAPES:-1b 4b}; do
     echo "=== llama.cpp CUDA on $s"
-    timeout 200 $LB/llama-bench -m /tmp/$s.gguf -ngl 99 -p 2048 -n 128 -r 3 -o md 2>&1 | grep -E "^\|" | tee -a "$OUT/llama_bench.txt"
+    timeout 200 $LB/llama-bench -m /tmp/$s.gguf -ngl 99 -p 2048 -n 128 -r 2 -o md 2>&1 | grep -E "^\|" | tee -a "$OUT/llama_bench.txt"
   done
   timeout 200 $LB/llama-batched-bench -m /tmp/4b.gguf -ngl 99 -c 8192 -npp 16 -ntg 64 -npl 1,16 2>&1 | grep -E "^\|" | tee -a "$OUT/llama_batched.txt"
 fi
 if [ "${SANITIZE:-1}" = 1 ]; then
 echo "=== compute-sanitizer memcheck (270m, --quick)"
-timeout 300 compute-sanitizer --tool memcheck --leak-check no $RUN $G/bin/larql_gpu_check /tmp/270m.gguf --quick \
+timeout ${SANITIZE_TIMEOUT:-200} compute-sanitizer --tool memcheck --leak-check no $RUN $G/bin/larql_gpu_check /tmp/270m.gguf --quick \
   > "$OUT/sanitizer.txt" 2>&1
 echo "sanitizer rc $?"; grep -E "ERROR SUMMARY|PASS|FAIL" "$OUT/sanitizer.txt" | tail -8
 

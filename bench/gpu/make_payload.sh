@@ -16,7 +16,7 @@ for b in $T/p/bin/*; do ldd "$b" | awk '/=>/ {print $3} /ld-linux/ {print $1}'; 
 tar cJf .gpu/payload.tar.xz -C $T/p bin lib vocab.gguf
 mkdir -p $T/ll && tar xzf "$SDIST" -C $T/ll
 L=$(echo $T/ll/*/vendor/llama.cpp)
-rm -rf $L/{docs,models,benches,media,app,pocs,conversion,gguf-py,grammars,skills,tests,tools/ui} $L/examples/*
+rm -rf $L/{docs,models,benches,media,conversion,gguf-py,grammars,skills,tools/ui} $L/examples/*/*
 for d in vulkan sycl metal cann opencl musa kompute webgpu zdnn hip rpc blas hexagon openvino virtgpu et zendnn; do
   rm -rf $L/ggml/src/ggml-$d
 done

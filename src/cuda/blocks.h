@@ -244,6 +244,129 @@ LARQL_UNROLL
   }
 }
 
+// ---- decoding an eighth of a unit: values u*32 + p*8 .. + 7 ------------------------------------
+// The GEMV gives each lane 8 values, so a warp covers 8 consecutive units (256 values) per step
+// and its loads of weights and activations are contiguous across the lanes.
+
+struct Bytes8 {
+  uint32_t w[2];
+};
+/// 8 bytes from an 8-byte-aligned address.
+LARQL_HD Bytes8 load8(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  return Bytes8{{v.x, v.y}};
+#else
+  Bytes8 b;
+  std::memcpy(b.w, p, 8);
+  return b;
+#endif
+}
+LARQL_HD uint8_t byte_of(const Bytes8& b, int i) { return static_cast<uint8_t>(b.w[i >> 2] >> ((i & 3) * 8)); }
+
+/// w[0..7] = values u*32 + p*8 .. u*32 + p*8 + 7 (p in 0..3) of a row in the device layout of T;
+/// the same values decode_unit<T> gives.
+template <DType T>
+LARQL_HD void decode8(const uint8_t* row, int64_t cols, int64_t u, int p, float* w);
+
+template <>
+LARQL_HD void decode8<DType::F32>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
+  const uint8_t* q = row + (u * 32 + p * 8) * 4;
+  const Bytes16 a = load16(q), b = load16(q + 16);
+LARQL_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    w[i] = bits_to_float(a.w[i]);
+    w[4 + i] = bits_to_float(b.w[i]);
+  }
+}
+
+template <>
+LARQL_HD void decode8<DType::F16>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
+  const Bytes16 a = load16(row + (u * 32 + p * 8) * 2);
+LARQL_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    w[2 * i] = half_to_float(static_cast<uint16_t>(a.w[i] & 0xFFFF));
+    w[2 * i + 1] = half_to_float(static_cast<uint16_t>(a.w[i] >> 16));
+  }
+}
+
+template <>
+LARQL_HD void decode8<DType::BF16>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
+  const Bytes16 a = load16(row + (u * 32 + p * 8) * 2);
+LARQL_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    w[2 * i] = bf16_to_float(static_cast<uint16_t>(a.w[i] & 0xFFFF));
+    w[2 * i + 1] = bf16_to_float(static_cast<uint16_t>(a.w[i] >> 16));
+  }
+}
+
+template <>
+LARQL_HD void decode8<DType::Q8_0>(const uint8_t* row, int64_t cols, int64_t u, int p, float* w) {
+  const int64_t nb = cols / 32;
+  const float d = half_to_float(load2(row + nb * 32 + u * 2));
+  const Bytes8 q = load8(row + u * 32 + p * 8);
+LARQL_UNROLL
+  for (int i = 0; i < 8; ++i) w[i] = d * static_cast<float>(static_cast<int8_t>(byte_of(q, i)));
+}
+
+template <>
+LARQL_HD void decode8<DType::Q5_0>(const uint8_t* row, int64_t cols, int64_t u, int p, float* w) {
+  const int64_t nb = cols / 32;
+  const Bytes8 qs = load8(row + u * 16 + (p & 1) * 8);
+  const uint32_t qh = load4(row + nb * 16 + u * 4);
+  const float d = half_to_float(load2(row + nb * 20 + u * 2));
+  const int j0 = (p & 1) * 8;
+LARQL_UNROLL
+  for (int i = 0; i < 8; ++i) {
+    const uint8_t q = byte_of(qs, i);
+    const int j = j0 + i;
+    const int x = p < 2 ? ((q & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16 : ((q >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+    w[i] = static_cast<float>(x) * d;
+  }
+}
+
+template <>
+LARQL_HD void decode8<DType::Q4_K>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
+  const uint8_t* sb = row + (u >> 3) * 144;
+  const int j = static_cast<int>(u & 7);
+  const uint32_t head = load4(sb);
+  const float d = half_to_float(static_cast<uint16_t>(head & 0xFFFF));
+  const float dmin = half_to_float(static_cast<uint16_t>(head >> 16));
+  const uint32_t sw[3] = {load4(sb + 4), load4(sb + 8), load4(sb + 12)};
+  auto byte = [&sw](int i) -> uint8_t {
+    const uint32_t x = i < 4 ? sw[0] : i < 8 ? sw[1] : sw[2];
+    return static_cast<uint8_t>(x >> ((i & 3) * 8));
+  };
+  uint8_t sc, m;
+  if (j < 4) {
+    sc = byte(j) & 63;
+    m = byte(j + 4) & 63;
+  } else {
+    sc = static_cast<uint8_t>((byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4));
+    m = static_cast<uint8_t>((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
+  }
+  const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+  const Bytes8 q = load8(sb + 16 + (j >> 1) * 32 + p * 8);
+  const int shift = (j & 1) * 4;
+LARQL_UNROLL
+  for (int i = 0; i < 8; ++i) w[i] = d1 * static_cast<float>((byte_of(q, i) >> shift) & 0xF) - m1;
+}
+
+template <>
+LARQL_HD void decode8<DType::Q6_K>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
+  const uint8_t* sb = row + (u >> 3) * 224;
+  const int h = static_cast<int>((u >> 2) & 1), k = static_cast<int>(u & 3);
+  const float d = half_to_float(load2(sb + 208));
+  const Bytes8 lb = load8(sb + h * 64 + (k & 1) * 32 + p * 8), hb = load8(sb + 128 + h * 32 + p * 8);
+  const int lshift = (k >> 1) * 4, hshift = 2 * k;
+  const float dd = d * static_cast<float>(static_cast<int8_t>(sb[192 + h * 8 + 2 * k + (p >> 1)]));
+LARQL_UNROLL
+  for (int i = 0; i < 8; ++i) {
+    const int q = ((byte_of(lb, i) >> lshift) & 0xF) | (((byte_of(hb, i) >> hshift) & 3) << 4);
+    w[i] = dd * static_cast<float>(q - 32);
+  }
+}
+
 /// Repack one row of `cols` values from its GGUF block layout (quant/blocks.h) into the device
 /// layout (dst: device_row_bytes(t, cols) bytes; padding zeroed). t must satisfy device_supports.
 void repack_row(DType t, const uint8_t* src, int64_t cols, uint8_t* dst);

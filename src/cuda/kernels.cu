@@ -125,12 +125,32 @@ __global__ void add_norm_k(float* x, const float* o, const float* post_w, const 
 
 constexpr int kGemvWarps = 8;  // one output row per warp
 
-// MODE 0: plain (+bias, softcap); 1: gated gelu_tanh; 2: gated silu.
+// MODE 0: plain (+bias, softcap); 1: gated gelu_tanh; 2: gated silu. A warp per output row; lane
+// l decodes the eighth l % 4 of unit l / 4 of each group of 8 units, so the warp's weight and
+// activation loads are contiguous (256 values per step).
+template <int NR>
+__device__ __forceinline__ void dot8(const float* w, const float* x, int64_t cols, int64_t off, float* acc) {
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    const float4* xv = reinterpret_cast<const float4*>(x + r * cols + off);
+    const float4 a = __ldg(xv), b = __ldg(xv + 1);
+    float s = w[0] * a.x;
+    s = fmaf(w[1], a.y, s);
+    s = fmaf(w[2], a.z, s);
+    s = fmaf(w[3], a.w, s);
+    s = fmaf(w[4], b.x, s);
+    s = fmaf(w[5], b.y, s);
+    s = fmaf(w[6], b.z, s);
+    s = fmaf(w[7], b.w, s);
+    acc[r] += s;
+  }
+}
+
 template <DType T, int NR, int MODE>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     gemv_k(const uint8_t* W, const uint8_t* U, size_t row_bytes, int64_t rows, int64_t cols, const float* x,
            float* out, const float* bias, float softcap) {
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, sub = lane >> 2, part = lane & 3;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int64_t units = cols / kUnit;
@@ -139,39 +159,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   for (int r = 0; r < NR; ++r) acc[r] = acc2[r] = 0.f;
   const uint8_t* wr = W + static_cast<size_t>(row) * row_bytes;
   const uint8_t* ur = MODE ? U + static_cast<size_t>(row) * row_bytes : nullptr;
-  float w[kUnit];
-  for (int64_t u = lane; u < units; u += 32) {
-    decode_unit<T>(wr, cols, u, w);
-#pragma unroll
-    for (int r = 0; r < NR; ++r) {
-      const float4* xv = reinterpret_cast<const float4*>(x + r * cols + u * kUnit);
-      float a = 0.f;
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        const float4 v = __ldg(xv + c);
-        a = fmaf(w[4 * c], v.x, a);
-        a = fmaf(w[4 * c + 1], v.y, a);
-        a = fmaf(w[4 * c + 2], v.z, a);
-        a = fmaf(w[4 * c + 3], v.w, a);
-      }
-      acc[r] += a;
-    }
+  float w[8];
+#pragma unroll 2
+  for (int64_t u = sub; u < units; u += 8) {
+    const int64_t off = u * kUnit + part * 8;
+    decode8<T>(wr, cols, u, part, w);
+    dot8<NR>(w, x, cols, off, acc);
     if constexpr (MODE != 0) {
-      decode_unit<T>(ur, cols, u, w);
-#pragma unroll
-      for (int r = 0; r < NR; ++r) {
-        const float4* xv = reinterpret_cast<const float4*>(x + r * cols + u * kUnit);
-        float a = 0.f;
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const float4 v = __ldg(xv + c);
-          a = fmaf(w[4 * c], v.x, a);
-          a = fmaf(w[4 * c + 1], v.y, a);
-          a = fmaf(w[4 * c + 2], v.z, a);
-          a = fmaf(w[4 * c + 3], v.w, a);
-        }
-        acc2[r] += a;
-      }
+      decode8<T>(ur, cols, u, part, w);
+      dot8<NR>(w, x, cols, off, acc2);
     }
   }
 #pragma unroll

@@ -51,6 +51,15 @@ void check_type(int64_t cols, uint64_t seed) {
   for (int64_t i = 0; i < cols; ++i)
     ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)])
         << dtype_name(T) << " value " << i << " of " << cols;
+  // The GEMV's eighths of a unit: the same values.
+  for (int64_t u = 0; u < cols / kUnit; ++u)
+    for (int p = 0; p < 4; ++p) {
+      float w8[8];
+      decode8<T>(dev.data(), cols, u, p, w8);
+      for (int i = 0; i < 8; ++i)
+        ASSERT_EQ(w8[i], want[static_cast<size_t>(u * kUnit + p * 8 + i)])
+            << dtype_name(T) << " unit " << u << " eighth " << p << " value " << i;
+    }
 }
 
 TEST(CudaBlocks, EveryTypeDecodesAsGgml) {
