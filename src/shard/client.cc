@@ -228,11 +228,14 @@ int64_t ShardClient::run_layers(const std::string& seq, int64_t begin, int64_t e
   return n_past;
 }
 
-bool ShardClient::end_sequence(const std::string& seq) {
+bool ShardClient::end_sequence(const std::string& seq, std::chrono::milliseconds deadline) {
   pb::EndSequenceRequest q;
   q.set_sequence_id(seq);
   grpc::ClientContext ctx;
-  impl_->prepare(ctx);
+  if (deadline.count() > 0)
+    ctx.set_deadline(std::chrono::system_clock::now() + std::min(deadline, impl_->timeout));
+  else
+    impl_->prepare(ctx);
   pb::EndSequenceReply r;
   const grpc::Status s = impl_->stub->EndSequence(&ctx, q, &r);
   if (!s.ok()) fail(&s, "EndSequence");
@@ -258,10 +261,9 @@ bool ShardClient::healthy(std::chrono::milliseconds deadline) {
                         i.ffn()) == impl_->expect;
 }
 
-ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const ClientTls& tls,
-                            std::chrono::milliseconds timeout) {
+std::vector<std::shared_ptr<ShardClient>> dial_shards(const Model& local, const std::string& spec, const ClientTls& tls,
+                                                     std::chrono::milliseconds timeout) {
   const ModelConfig& c = local.config();
-  const int64_t E = c.n_experts;
   std::vector<std::string> addrs;
   for (size_t p = 0; p <= spec.size();) {
     const size_t q = std::min(spec.find(',', p), spec.size());
@@ -271,19 +273,31 @@ ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const C
   }
   if (addrs.empty()) throw Error(ErrorKind::InvalidArgument, "no shard addresses in \"" + spec + "\"");
   std::vector<std::shared_ptr<ShardClient>> shards;
-  ShardMap by_layer(static_cast<size_t>(c.n_layers));
   for (const auto& a : addrs) {
     for (const auto& s : shards)
       if (s->info().address == a) throw Error(ErrorKind::InvalidArgument, "shard " + a + " is listed twice");
     auto s = std::make_shared<ShardClient>(a, tls, timeout);
     const ShardInfo& i = s->info();
     if (i.fingerprint != local.fingerprint() || i.n_layers != c.n_layers || i.hidden != c.hidden ||
-        i.architecture != c.arch || i.n_experts != E)
+        i.architecture != c.arch || i.n_experts != c.n_experts)
       throw Error(ErrorKind::InvalidArgument,
                   "shard " + i.describe() + " serves another model: " + i.model + " (" + i.architecture + ", " +
                       std::to_string(i.n_layers) + " layers, fingerprint " + i.fingerprint + "), but this one is " +
                       local.path() + " (" + c.arch + ", " + std::to_string(c.n_layers) + " layers, fingerprint " +
                       local.fingerprint() + ")");
+    shards.push_back(std::move(s));
+  }
+  return shards;
+}
+
+ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const ClientTls& tls,
+                            std::chrono::milliseconds timeout) {
+  const ModelConfig& c = local.config();
+  const int64_t E = c.n_experts;
+  const std::vector<std::shared_ptr<ShardClient>> shards = dial_shards(local, spec, tls, timeout);
+  ShardMap by_layer(static_cast<size_t>(c.n_layers));
+  for (const auto& s : shards) {
+    const ShardInfo& i = s->info();
     if (!i.ffn) throw Error(ErrorKind::InvalidArgument, "shard " + i.describe() + " holds no FFN weights");
     if (E > 0 && i.expert_begin >= i.expert_end)
       throw Error(ErrorKind::InvalidArgument, "shard " + i.describe() + " holds no experts");
@@ -307,7 +321,6 @@ ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const C
       }
       if (!placed) parts.push_back(Replicas{s});
     }
-    shards.push_back(std::move(s));
   }
   std::string missing;
   for (int64_t li = 0; li < c.n_layers; ++li) {

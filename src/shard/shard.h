@@ -107,8 +107,10 @@ class ShardClient {
   /// rows h [n, hidden] into y [n*k, hidden] (slot t*k+j = expert chosen[t*k+j] on row t); the
   /// slots it filled are set to 1 in `filled` [n*k] (others untouched).
   void experts(int64_t layer, const float* h, int64_t n, int64_t k, const int32_t* chosen, float* y, uint8_t* filled);
-  /// Drop a pipeline sequence on the shard; whether it existed.
-  bool end_sequence(const std::string& seq);
+  /// Drop a pipeline sequence on the shard; whether it existed. `deadline` 0: the client's timeout.
+  bool end_sequence(const std::string& seq, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
+  /// Whether the last call failed in transport (the next call asks Info first).
+  bool suspect() const { return suspect_.load(); }
   /// The standard health check (grpc.health.v1 Check of ""): true when SERVING within `deadline`
   /// (0: the client's timeout). Never throws.
   bool healthy(std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
@@ -132,6 +134,14 @@ using Replicas = std::vector<std::shared_ptr<ShardClient>>;
 /// For each layer, the parts that together hold its FFN: one for a dense model or a shard holding
 /// every expert; for expert shards, one per expert range, the ranges partitioning the experts.
 using ShardMap = std::vector<std::vector<Replicas>>;
+
+/// Dial every "host:port" of a comma-separated list (each once: a repeated one is refused) and
+/// check that each serves the local model: its architecture, sizes and fingerprint equal the
+/// local model's (a shard of another model file is refused, naming both fingerprints).
+/// Errors: Error{InvalidArgument} for those and a malformed list; Error{BackendUnavailable} for a
+/// shard that does not answer.
+std::vector<std::shared_ptr<ShardClient>> dial_shards(const Model& local, const std::string& spec, const ClientTls& tls,
+                                                     std::chrono::milliseconds timeout);
 
 /// Dial every "host:port" of a comma-separated list and check the set against the local model:
 /// each shard's architecture, sizes and fingerprint equal the local model's (a shard of another
