@@ -14,6 +14,7 @@
 #include "kv/generate.h"
 #include "server/request_json.h"
 #include "server/static_files.h"
+#include "server/error_status.h"
 #include "server/lql_routes.h"
 #include "util/error.h"
 
@@ -273,6 +274,10 @@ void Api::operator()(const Request& req, Responder& r) {
     const char* type = e.status == 404 ? "not_found_error" : e.status == 429 ? "rate_limit_error"
                        : e.status >= 500 ? "server_error" : "invalid_request_error";
     r.send(e.status, "application/json", error_json(e.message, type, e.param, e.code));
+  } catch (const Error& e) {  // from the model (a shard down, layers that run elsewhere): error_status.h's table
+    ++errors_;
+    const int status = http_status_of(e.kind());
+    r.send(status, "application/json", error_json(e.what(), status >= 500 ? "server_error" : "invalid_request_error"));
   }
 }
 
