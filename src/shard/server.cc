@@ -10,6 +10,7 @@
 
 #include <larql/shard/v1/shard.grpc.pb.h>
 #include "shard/shard.h"
+#include "shard/walk_ffn.h"
 #include "shard/wire.h"
 #include "util/error.h"
 
@@ -136,16 +137,13 @@ struct ShardServer::Impl final : pb::Shard::Service {
     return guarded(ctx, [&] {
       const ModelConfig& c = model->config();
       const int64_t layer = q->layer();
-      if (layer >= c.n_layers)
-        throw Error(ErrorKind::InvalidArgument, "WalkFfn: layer " + std::to_string(layer) + " is past the model's " +
-                                                    std::to_string(c.n_layers) + " layers");
-      check_expect(q->expect());
-      require_ffn_weights(*model, layer);
+      check_expect(q->expect());  // a request for another shard is refused as such first
+      Lease l = lease(ctx);
+      check_walk_ffn_layer(*l.f, layer, "WalkFfn");  // before the rows: a layer not held is named first
       thread_local std::vector<float> h, out;
       const int64_t n = wire::decode_rows(q->rows(), c.hidden, opt.max_rows, "WalkFfn rows", h);
       out.resize(static_cast<size_t>(n * c.hidden));
-      Lease l = lease(ctx);
-      l.f->ffn(layer).run(*l.f, layer, h.data(), n, out.data());
+      walk_ffn(*l.f, layer, h.data(), n, opt.max_rows, out.data());
       wire::encode_rows(out.data(), n, c.hidden, q->reply_dtype() == pb::BF16 ? pb::BF16 : pb::F32, r->mutable_rows());
     });
   }
