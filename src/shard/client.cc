@@ -1,12 +1,11 @@
 // The client side of a split model (shard/shard.h): ShardClient, RemoteFfn and the checks that a
 // set of shards makes one model with the local part.
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include <grpc/health/v1/health.grpc.pb.h>
 #include <larql/shard/v1/shard.grpc.pb.h>
 #include "shard/shard.h"
+#include "shard/tls.h"
 #include "shard/wire.h"
 #include "util/error.h"
 
@@ -15,14 +14,6 @@ namespace {
 
 namespace pb = ::larql::shard::v1;
 namespace hpb = ::grpc::health::v1;
-
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::NotFound, std::string(what) + " " + path + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string range(int64_t b, int64_t e) { return b + 1 == e ? std::to_string(b) : std::to_string(b) + "-" + std::to_string(e - 1); }
 
@@ -60,12 +51,13 @@ ShardClient::ShardClient(const std::string& address, const ClientTls& tls, std::
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!tls.ca.empty()) {
     grpc::SslCredentialsOptions so;
-    so.pem_root_certs = read_file(tls.ca, "the shard CA");
+    so.pem_root_certs = tls::read_certificates(tls.ca, "the shard CA");
     if (tls.cert.empty() != tls.key.empty())
       throw Error(ErrorKind::InvalidArgument, "give the client certificate and key together");
     if (!tls.cert.empty()) {
-      so.pem_cert_chain = read_file(tls.cert, "the client certificate");
-      so.pem_private_key = read_file(tls.key, "the client key");
+      so.pem_cert_chain = tls::read_certificates(tls.cert, "the client certificate");
+      so.pem_private_key = tls::read_private_key(tls.key, "the client key");
+      tls::check_key_pair(so.pem_cert_chain, so.pem_private_key, tls.cert, tls.key);
     }
     creds = grpc::SslCredentials(so);
   } else {
@@ -128,8 +120,10 @@ void ShardClient::fail(const void* status, const char* call) {
 
 void ShardClient::reverify() {
   if (!suspect_.load()) return;
+  // A shard that failed (a call, or a health check) is probed with a short deadline: a request made
+  // while it is known down fails in about a second, not after the whole call deadline.
   grpc::ClientContext ctx;
-  impl_->prepare(ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::min(impl_->timeout, kProbeDeadline));
   pb::InfoReply r;
   const grpc::Status s = impl_->stub->Info(&ctx, pb::InfoRequest{}, &r);
   if (!s.ok()) wire::throw_status(s, impl_->who, "Info");
@@ -251,14 +245,21 @@ bool ShardClient::healthy(std::chrono::milliseconds deadline) {
   hpb::HealthCheckRequest q;
   hpb::HealthCheckResponse r;
   const grpc::Status s = impl_->health->Check(&ctx, q, &r);
-  if (!s.ok() || r.status() != hpb::HealthCheckResponse::SERVING) return false;
+  // Down (or serving something else): the next call probes it briefly first (reverify).
+  auto down = [this] {
+    suspect_ = true;
+    return false;
+  };
+  if (!s.ok() || r.status() != hpb::HealthCheckResponse::SERVING) return down();
   // Serving, but serving what the client connected to? (a shard restarted on another file is down)
   grpc::ClientContext ic;
   ic.set_deadline(ctx.deadline());
   pb::InfoReply i;
-  if (!impl_->stub->Info(&ic, pb::InfoRequest{}, &i).ok()) return false;
-  return wire::identity(i.fingerprint(), i.layer_begin(), i.layer_end(), i.expert_begin(), i.expert_end(), i.attention(),
-                        i.ffn()) == impl_->expect;
+  if (!impl_->stub->Info(&ic, pb::InfoRequest{}, &i).ok()) return down();
+  if (wire::identity(i.fingerprint(), i.layer_begin(), i.layer_end(), i.expert_begin(), i.expert_end(), i.attention(),
+                     i.ffn()) != impl_->expect)
+    return down();
+  return true;
 }
 
 std::vector<std::shared_ptr<ShardClient>> dial_shards(const Model& local, const std::string& spec, const ClientTls& tls,

@@ -82,15 +82,19 @@ struct ShardInfo {
 };
 
 /// One shard, dialled once (a channel reused by every call; gRPC reconnects by itself). Every call
-/// has a deadline (`timeout`). After a call fails in transport, the next call first asks Info again
-/// and refuses a shard that came back serving another model or another part (never a silent wrong
-/// answer). Thread-safe.
+/// has a deadline (`timeout`). After a call fails in transport or a health check finds the shard
+/// down, the next call first asks Info again with a short deadline (kProbeDeadline: a request made
+/// while the shard is known down fails within it, not after `timeout`) and refuses a shard that
+/// came back serving another model or another part (never a silent wrong answer). Thread-safe.
 /// Errors of every call: Error{BackendUnavailable} naming the shard and gRPC's status (unreachable,
 /// deadline exceeded, refused certificate, restarted on another model, ...); Error{InvalidArgument}
 /// when the shard says the request was bad; Error{Cancelled} when the shard says the call was
 /// cancelled.
 class ShardClient {
  public:
+  /// The deadline of the Info probe before a call to a shard that failed (or the timeout, if shorter).
+  static constexpr std::chrono::milliseconds kProbeDeadline{1000};
+
   /// Dial and ask Info. Errors: as above; Error{InvalidArgument} for a malformed address.
   ShardClient(const std::string& address, const ClientTls& tls, std::chrono::milliseconds timeout);
   ~ShardClient();
@@ -112,7 +116,8 @@ class ShardClient {
   /// Whether the last call failed in transport (the next call asks Info first).
   bool suspect() const { return suspect_.load(); }
   /// The standard health check (grpc.health.v1 Check of ""): true when SERVING within `deadline`
-  /// (0: the client's timeout). Never throws.
+  /// (0: the client's timeout) and Info still describes the part connected to; false marks the
+  /// shard suspect (the next call probes it first). Never throws.
   bool healthy(std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
 
   struct Impl;
