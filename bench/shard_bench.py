@@ -12,8 +12,9 @@ Setups, each measured by `larql bench --json` (standard engine, prefill and deco
     each direction of each veth (`tc qdisc ... netem delay`), so a round trip costs 2 x that more;
   - llama.cpp's RPC backend split the same way, when scripts/build_llama_rpc.sh has built
     `ggml-rpc-server` and `llama-bench` (GGML_RPC=ON): `llama-bench` alone, then over 2
-    `ggml-rpc-server`s on loopback and in the namespaces (-ngl 99: every layer on the servers,
-    split evenly), so each engine's split is compared with its own one-process speed.
+    `ggml-rpc-server`s on loopback and in the namespaces (-ngl 99 -sm layer -ts 1/1: every layer
+    on the servers, half each), so each engine's split is compared with its own one-process speed
+    (OMP_WAIT_POLICY=passive for llama.cpp: see LLAMA_ENV).
 
 Also reported: round trips and payload bytes per decoded token (from the model's sizes: f32 rows,
 protobuf/HTTP-2 framing not counted). Needs root for the namespaces; without them (or without
@@ -171,7 +172,22 @@ def ranges(n_layers: int, k: int) -> list[str]:
     return [f"{cuts[i]}-{cuts[i + 1] - 1}" for i in range(k)]
 
 
-def larql_split(a, n_layers: int, k: int, mode: str, ns: Namespaces | None = None) -> dict:
+def median_of(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in ("prefill_tok_s", "decode_tok_s")}
+
+
+def paired(measure_base, measure_split, repeats: int) -> tuple[dict, dict]:
+    """Baseline and split measured in turn, `repeats` times each: the machine's load (other
+    processes on shared cores) drifts over minutes, so each split's ratio is taken against the
+    one-process runs made beside it, not against one baseline from the start of the run."""
+    base, split = [], []
+    for _ in range(repeats):
+        base.append(measure_base())
+        split.append(measure_split())
+    return median_of(base), median_of(split)
+
+
+def larql_split(a, n_layers: int, k: int, mode: str, ns: Namespaces | None = None) -> tuple[dict, dict]:
     shards = []
     try:
         for i, r in enumerate(ranges(n_layers, k)):
@@ -180,29 +196,35 @@ def larql_split(a, n_layers: int, k: int, mode: str, ns: Namespaces | None = Non
             else:
                 shards.append(start_shard(a.larql, a.model, r, a.threads))
         spec = "remote:" + ",".join(addr for _, addr in shards)
-        runs = [larql_bench(a, mode, spec) for _ in range(a.repeats)]
+        return paired(lambda: larql_bench(a, None, None), lambda: larql_bench(a, mode, spec), a.repeats)
     finally:
         for p, _ in shards:
             p.terminate()
             p.wait(timeout=30)
-    return {"prefill_tok_s": statistics.median(r["prefill_tok_s"] for r in runs),
-            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs)}
 
 
 # ---- llama.cpp ----
 
+# llama.cpp's OpenMP threads spin while they wait: on cores shared with other processes a thread
+# spinning while the one it waits for is descheduled made its decode 45x slower here (0.6 tok/s
+# against 27.6); passive waiting is its best on a shared machine.
+LLAMA_ENV = {**os.environ, "OMP_WAIT_POLICY": "passive"}
+
 def llama_bench(a, rpc: str | None) -> dict:
     cmd = [str(Path(a.llama_rpc) / "llama-bench"), "-m", a.model, "-p", str(a.prompt_tokens), "-n", str(a.decode_tokens),
-           "-t", str(a.threads), "-r", str(a.repeats), "-o", "json"]
-    cmd += ["--rpc", rpc, "-ngl", "99"] if rpc else ["-ngl", "0"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800).stdout
+           "-t", str(a.threads), "-r", "1", "-o", "json"]
+    if rpc:  # every layer on the servers, split evenly between them by layer
+        cmd += ["--rpc", rpc, "-ngl", "99", "-sm", "layer", "-ts", "/".join(["1"] * len(rpc.split(",")))]
+    else:
+        cmd += ["-ngl", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800, env=LLAMA_ENV).stdout
     res = json.loads(out)
     pp = next(r for r in res if r["n_prompt"] > 0 and r["n_gen"] == 0)
     tg = next(r for r in res if r["n_gen"] > 0 and r["n_prompt"] == 0)
     return {"prefill_tok_s": pp["avg_ts"], "decode_tok_s": tg["avg_ts"]}
 
 
-def llama_split(a, k: int, ns: Namespaces | None = None) -> dict:
+def llama_split(a, k: int, ns: Namespaces | None = None) -> tuple[dict, dict]:
     servers, addrs = [], []
     try:
         for i in range(k):
@@ -210,11 +232,12 @@ def llama_split(a, k: int, ns: Namespaces | None = None) -> dict:
             port = 50652 + i
             p = subprocess.Popen([*(ns.prefix(i) if ns else []), str(Path(a.llama_rpc) / "ggml-rpc-server"), "-H", host,
                                   "-p", str(port), "-t", str(a.threads)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=LLAMA_ENV)
             servers.append(p)
             addrs.append(f"{host}:{port}")
         time.sleep(1.5)
-        return llama_bench(a, ",".join(addrs))
+        rpc = ",".join(addrs)
+        return paired(lambda: llama_bench(a, None), lambda: llama_bench(a, rpc), a.repeats)
     finally:
         for p in servers:
             p.terminate()
@@ -243,28 +266,23 @@ def main() -> None:
     notes: list[str] = []
     rows: list[dict] = []
 
-    def add(engine: str, setup: str, r: dict, trips: int, payload: int, base: dict, **extra):
+    def add(engine: str, setup: str, pair: tuple[dict, dict], trips: int, payload: int, **extra):
+        base, r = pair
         rows.append({"engine": engine, "setup": setup, **r, **extra,
+                     "one_process_prefill_tok_s": base["prefill_tok_s"], "one_process_decode_tok_s": base["decode_tok_s"],
                      "decode_vs_one_process": r["decode_tok_s"] / base["decode_tok_s"],
                      "prefill_vs_one_process": r["prefill_tok_s"] / base["prefill_tok_s"],
                      "round_trips_per_token": trips, "payload_bytes_per_token": payload})
 
-    runs = [larql_bench(a, None, None) for _ in range(a.repeats)]
-    base = {"prefill_tok_s": statistics.median(r["prefill_tok_s"] for r in runs),
-            "decode_tok_s": statistics.median(r["decode_tok_s"] for r in runs)}
-    add("larql", "one process", base, 0, 0, base)
     for k in (2, 3):
-        add("larql", f"--ffn, {k} shards, loopback", larql_split(a, n_layers, k, "ffn"), n_layers, n_layers * row_bytes, base)
+        add("larql", f"--ffn, {k} shards, loopback", larql_split(a, n_layers, k, "ffn"), n_layers, n_layers * row_bytes)
     for k in (2, 3):
-        add("larql", f"--pipeline, {k} shards, loopback", larql_split(a, n_layers, k, "pipeline"), k, k * row_bytes, base)
+        add("larql", f"--pipeline, {k} shards, loopback", larql_split(a, n_layers, k, "pipeline"), k, k * row_bytes)
 
     llama = Path(a.llama_rpc) / "ggml-rpc-server"
     have_llama = llama.is_file() and (Path(a.llama_rpc) / "llama-bench").is_file()
-    lbase = None
     if have_llama:
-        lbase = llama_bench(a, None)
-        add("llama.cpp", "one process", lbase, 0, 0, lbase)
-        add("llama.cpp", "RPC, 2 servers, loopback", llama_split(a, 2), -1, -1, lbase)
+        add("llama.cpp", "RPC, 2 servers, loopback", llama_split(a, 2), -1, -1)
     else:
         notes.append(f"llama.cpp's RPC backend not measured: no {llama} (scripts/build_llama_rpc.sh builds it)")
 
@@ -281,10 +299,11 @@ def main() -> None:
                 rtt = rtt_ms(ns, 0)
                 where = f"veth + {ms:g} ms each way" if ms > 0 else "veth, nothing added"
                 for mode in ("ffn", "pipeline"):
-                    add("larql", f"--{mode}, 2 shards, {where}", larql_split(a, n_layers, 2, mode, ns),
-                        n_layers if mode == "ffn" else 2, (n_layers if mode == "ffn" else 2) * row_bytes, base, rtt_ms=rtt)
+                    trips = n_layers if mode == "ffn" else 2
+                    add("larql", f"--{mode}, 2 shards, {where}", larql_split(a, n_layers, 2, mode, ns), trips,
+                        trips * row_bytes, rtt_ms=rtt)
                 if have_llama:
-                    add("llama.cpp", f"RPC, 2 servers, {where}", llama_split(a, 2, ns), -1, -1, lbase, rtt_ms=rtt)
+                    add("llama.cpp", f"RPC, 2 servers, {where}", llama_split(a, 2, ns), -1, -1, rtt_ms=rtt)
             ns.set_delay(0)
 
     result = {"machine": f"{cpu_name()}, {os.cpu_count()} cores, {a.threads} threads per process",
@@ -294,14 +313,16 @@ def main() -> None:
     if a.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{result['machine']}; kernel {result['kernel']}; {a.model}; median of {a.repeats}")
-    print(f"{'engine':<10} {'setup':<42} {'prefill/s':>10} {'decode/s':>9} {'dec x':>6} {'RTT ms':>7} {'trips':>6} {'bytes':>7}")
+    print(f"{result['machine']}; kernel {result['kernel']}; {a.model}; median of {a.repeats}, each split beside its own "
+          "one-process runs")
+    print(f"{'engine':<10} {'setup':<42} {'prefill/s':>10} {'decode/s':>9} {'alone/s':>8} {'dec x':>6} {'RTT ms':>7} "
+          f"{'trips':>6} {'bytes':>7}")
     for r in rows:
         rtt = f"{r['rtt_ms']:.3f}" if r.get("rtt_ms") is not None else ""
         trips = str(r["round_trips_per_token"]) if r["round_trips_per_token"] >= 0 else "?"
         payload = str(r["payload_bytes_per_token"]) if r["payload_bytes_per_token"] >= 0 else "?"
         print(f"{r['engine']:<10} {r['setup']:<42} {r['prefill_tok_s']:>10.1f} {r['decode_tok_s']:>9.2f} "
-              f"{r['decode_vs_one_process']:>6.3f} {rtt:>7} {trips:>6} {payload:>7}")
+              f"{r['one_process_decode_tok_s']:>8.2f} {r['decode_vs_one_process']:>6.3f} {rtt:>7} {trips:>6} {payload:>7}")
     for n in notes:
         print("note:", n)
 
