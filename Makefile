@@ -8,7 +8,7 @@ PROMPT ?= Once upon a time, in a small village by the sea,
 FUZZ_SECONDS ?= 30
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-cpp test-web test-python test-python-package wheel fuzz tsan bench bench-kernels bench-edit-eval clean cuda cuda-compile
+.PHONY: all setup build demo test test-cpp test-web test-python test-python-package wheel fuzz tsan bench bench-kernels bench-edit-eval bench-shards llama-rpc clean cuda cuda-compile
 
 all: build
 
@@ -82,6 +82,17 @@ tsan:
 
 bench: setup build
 	.venv/bin/python bench/side_by_side.py --larql ./$(BUILD)/larql --model $(MODEL)
+
+# A model split over processes (docs/BENCHMARKS.md "Split over processes"): --ffn and --pipeline
+# over 2 and 3 shards, the 2-shard splits in network namespaces with netem latency (root; left out
+# where the kernel lacks netem), beside llama.cpp's RPC split when `make llama-rpc` has built it.
+bench-shards: setup build
+	.venv/bin/python bench/shard_bench.py --larql ./$(BUILD)/larql --model $(MODEL) $(BENCH_ARGS)
+
+# llama.cpp's rpc-server and llama-bench (GGML_RPC=ON) from the venv's pinned llama.cpp, for
+# bench-shards (opt-in: a second llama.cpp build, not part of setup).
+llama-rpc: setup
+	JOBS=$(JOBS) scripts/build_llama_rpc.sh $(BUILD)/llama-rpc
 
 # Kernel microbenchmarks (Google Benchmark); BENCH_ARGS passes flags, e.g. --benchmark_filter=Gemm.
 bench-kernels: setup $(BUILD)/build.ninja

@@ -34,7 +34,12 @@ std::shared_ptr<LoadedModel> LoadedModel::open(const std::string& path, const Op
   if (path.empty()) throw Error(ErrorKind::InvalidArgument, "no model path given");
   if (!fs::exists(path, ec)) throw Error(ErrorKind::NotFound, "model " + path + " not found: no such file or directory");
   const Device device = parse_device(opt.device);
+  if (!opt.ffn.empty() && !opt.pipeline.empty())
+    throw Error(ErrorKind::InvalidArgument,
+                "--ffn (attention here, the FFN on shards) and --pipeline (whole layers on shards) do not go together");
   if (device == Device::Cuda) {
+    if (!opt.pipeline.empty())
+      throw Error(ErrorKind::InvalidArgument, "--device cuda with --pipeline is not supported: the layers run on the shards");
     if (!opt.ffn.empty())
       throw Error(ErrorKind::InvalidArgument, "--device cuda with a remote FFN (--ffn) is not supported: the GPU runs whole layers");
     if (opt.verb == "perplexity")
@@ -44,6 +49,20 @@ std::shared_ptr<LoadedModel> LoadedModel::open(const std::string& path, const Op
                 "this larql was built without CUDA: configure with -DLARQL_CUDA=ON where nvcc is installed "
                 "(docs/backends.md), or use --device cpu");
 #endif
+  }
+  if (!opt.pipeline.empty()) {
+    const std::string addrs = shard::remote_pipeline_addresses(opt.pipeline);
+    if (addrs.empty())
+      throw Error(ErrorKind::InvalidArgument, "pipeline \"" + opt.pipeline + "\": expected remote:HOST:PORT[,HOST:PORT...]");
+    ModelPart part;  // the embedding, the final norm, lm_head (and the layers' norms, a few KB)
+    part.attention = false;
+    part.ffn = false;
+    auto m = wrap(Model::load(path, part), opt.threads);
+    shard::Pipeline stages = shard::connect_pipeline_shards(*m->model_, addrs, opt.shard_tls, opt.shard_timeout);
+    m->pipeline_shards_ = shard::pipeline_shard_map(stages, m->config().n_layers);
+    m->pipeline_ = std::make_shared<shard::PipelineModel>(std::make_shared<Forward>(m->model_, m->pool_), std::move(stages));
+    m->device_ = m->pipeline_;
+    return m;
   }
   if (opt.ffn.empty()) {
     check_model_dir(path, opt.verb);
@@ -116,6 +135,7 @@ void LoadedModel::logit_rows(const std::vector<int32_t>& ids,
   check_ids(ids);
   const ModelConfig& c = model_->config();
   const int64_t n = static_cast<int64_t>(ids.size());
+  if (pipeline_) return pipeline_logit_rows(ids, on_rows, observer, cancel);
   const auto fp = forward();  // the FFNs this model runs (a remote one included)
   Forward& fwd = *fp;
   fwd.set_observer(observer);
@@ -131,6 +151,33 @@ void LoadedModel::logit_rows(const std::vector<int32_t>& ids,
     fwd.forward(ids.data() + off, m, cache, x.data());
     for (int64_t r0 = 0; r0 < m; r0 += kLogitRows) {
       // The output matrix is most of a long text's work: the flag is read between its blocks too.
+      if (cancel && cancel->load(std::memory_order_relaxed)) throw Error(ErrorKind::Cancelled, "logits: cancelled");
+      const int64_t rn = std::min(kLogitRows, m - r0);
+      fwd.logits(x.data() + r0 * c.hidden, rn, lg.data());
+      on_rows(off + r0, rn, lg.data());
+    }
+  }
+}
+
+void LoadedModel::pipeline_logit_rows(const std::vector<int32_t>& ids,
+                                      const std::function<void(int64_t, int64_t, const float*)>& on_rows,
+                                      LayerObserver* observer, const std::atomic<bool>* cancel) const {
+  if (observer != nullptr)
+    throw Error(ErrorKind::BackendUnavailable, "observing layers needs them here, but they run on the pipeline's shards (" +
+                                                   pipeline_->info().name + ")");
+  const ModelConfig& c = model_->config();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const auto fp = forward();
+  Forward& fwd = *fp;
+  auto seq = pipeline_->open(c.context_length);
+  std::vector<float> x(static_cast<size_t>(fwd.chunk() * c.hidden));
+  constexpr int64_t kLogitRows = 32;  // as logit_rows
+  std::vector<float> lg(static_cast<size_t>(kLogitRows * c.vocab));
+  for (int64_t off = 0; off < n; off += fwd.chunk()) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) throw Error(ErrorKind::Cancelled, "logits: cancelled");
+    const int64_t m = std::min(fwd.chunk(), n - off);
+    seq->append_rows(ids.data() + off, m, x.data());
+    for (int64_t r0 = 0; r0 < m; r0 += kLogitRows) {
       if (cancel && cancel->load(std::memory_order_relaxed)) throw Error(ErrorKind::Cancelled, "logits: cancelled");
       const int64_t rn = std::min(kLogitRows, m - r0);
       fwd.logits(x.data() + r0 * c.hidden, rn, lg.data());

@@ -20,6 +20,7 @@
 #include "kv/session.h"
 #include "lql/session.h"
 #include "model/model.h"
+#include "shard/pipeline.h"
 #include "shard/shard.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
@@ -36,6 +37,12 @@ struct OpenOptions {
   /// that together hold every layer's FFN of the same model file: the FFN weights are then not
   /// read here, and every forward() runs each layer's FFN on its shard (shard::RemoteFfn).
   std::string ffn;
+  /// Where the layers run: "" here; "remote:HOST:PORT[,HOST:PORT...]" on pipeline shards
+  /// (docs/sharding.md "Pipeline") holding whole layers of the same model file, which together
+  /// hold every layer once (shards of the same range are replicas). Only the token embedding, the
+  /// final norm and lm_head are read here; forwards run on a shard::PipelineModel backend (the K/V
+  /// kept on the shards), so only the `standard` engine and logits run. Not with `ffn`.
+  std::string pipeline;
   shard::ClientTls shard_tls;                          ///< TLS to the shards (empty CA: plaintext)
   std::chrono::milliseconds shard_timeout{30000};      ///< the deadline of each shard call
   /// Where the forward pass runs: "cpu" (the CPU code) or "cuda" (the weights uploaded to GPU 0
@@ -55,7 +62,7 @@ class LoadedModel {
   /// below level inference (naming its level, what it holds and opt.verb) or an architecture this
   /// build does not run; Model::load's Format errors naming the tensor or key.
   /// With opt.ffn remote: connect_ffn_shards's errors too (a shard of another model, a layer no
-  /// shard holds, a shard that does not answer).
+  /// shard holds, a shard that does not answer); with opt.pipeline, connect_pipeline_shards's.
   static std::shared_ptr<LoadedModel> open(const std::string& path, const OpenOptions& opt = {});
   /// A model already loaded (an LQL session's, a test's), with a pool of `threads`.
   static std::shared_ptr<LoadedModel> wrap(std::shared_ptr<const Model> model, int threads);
@@ -76,6 +83,11 @@ class LoadedModel {
   std::shared_ptr<Forward> forward() const;
   /// The shards running the FFN, one per layer (empty: the FFN runs here).
   const shard::ShardMap& ffn_shards() const { return ffn_shards_; }
+  /// The pipeline the layers run on (OpenOptions::pipeline), or null.
+  const std::shared_ptr<shard::PipelineModel>& pipeline() const { return pipeline_; }
+  /// The shards this model uses, one part per layer (the FFN shards, or the pipeline's stages);
+  /// empty when it uses none. What /health asks.
+  const shard::ShardMap& shards() const { return ffn_shards_.empty() ? pipeline_shards_ : ffn_shards_; }
   /// The GPU backend the model's forwards run on (OpenOptions::device), or null for the CPU.
   const std::shared_ptr<DeviceModel>& device() const { return device_; }
 
@@ -88,7 +100,9 @@ class LoadedModel {
   /// The logits of every position of `ids` ([ids.size(), vocab] f32, row-major, into `out`), from
   /// one batched forward pass in chunks of Forward::chunk() over a plain K/V cache: what `larql
   /// perplexity --logits-out` writes, bit for bit. `observer` (may be null) sees every layer of
-  /// every position (inference/forward.h LayerObserver). Errors: Error{EmptyPrompt} for no ids,
+  /// every position (inference/forward.h LayerObserver). Over a pipeline the rows come from the
+  /// shards (one sequence, ended afterwards) and an observer is refused (Error{BackendUnavailable}:
+  /// the layers do not run here). Errors: Error{EmptyPrompt} for no ids,
   /// Error{ContextOverflow} past the model's context, Error{InvalidArgument} for an id outside the
   /// vocabulary; Error{Cancelled} when `cancel` is set (checked before every layer and every 32
   /// rows of the output matrix).
@@ -108,10 +122,16 @@ class LoadedModel {
 
  private:
   LoadedModel() = default;
+  /// logit_rows over the pipeline (pipeline_ set).
+  void pipeline_logit_rows(const std::vector<int32_t>& ids,
+                           const std::function<void(int64_t row0, int64_t rows, const float* logits)>& on_rows,
+                           LayerObserver* observer, const std::atomic<bool>* cancel) const;
   std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tok_;
   std::shared_ptr<ThreadPool> pool_;
   shard::ShardMap ffn_shards_;
+  shard::ShardMap pipeline_shards_;
+  std::shared_ptr<shard::PipelineModel> pipeline_;
   std::shared_ptr<DeviceModel> device_;
 };
 

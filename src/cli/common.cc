@@ -64,8 +64,9 @@ Loaded load(const std::string& model, int threads, const std::string& verb, cons
   api::OpenOptions opt;
   opt.threads = threads;
   opt.verb = verb;
-  if (ffn != nullptr && !ffn->ffn.empty()) {
+  if (ffn != nullptr && (!ffn->ffn.empty() || !ffn->pipeline.empty())) {
     opt.ffn = ffn->ffn;
+    opt.pipeline = ffn->pipeline;
     opt.shard_tls = shard::ClientTls{ffn->ca, ffn->cert, ffn->key, ffn->server_name};
     opt.shard_timeout = std::chrono::milliseconds(ffn->timeout_ms);
   }
@@ -194,6 +195,9 @@ void add_ffn_flags(CLI::App* app, FfnArgs& a) {
   app->add_option("--ffn", a.ffn,
                   "run the FFN on shards: remote:HOST:PORT[,HOST:PORT...] (`larql serve MODEL --layers A-B "
                   "--grpc-port P` on the same model file; docs/sharding.md)");
+  app->add_option("--pipeline", a.pipeline,
+                  "run the layers on shards, stage after stage, the K/V kept there: remote:HOST:PORT[,HOST:PORT...] "
+                  "(shards holding whole layers; only the standard engine; docs/sharding.md)");
   add_shard_client_flags(app, a);
 }
 

@@ -46,11 +46,12 @@ struct Loaded {
 /// Where the FFN runs (docs/sharding.md): `--ffn remote:HOST:PORT[,...]` and the shards' TLS.
 struct FfnArgs {
   std::string ffn;                            ///< "" (here) or remote:HOST:PORT[,HOST:PORT...]
+  std::string pipeline;                       ///< --pipeline: "" (here) or remote:HOST:PORT[,HOST:PORT...]
   std::string ca, cert, key, server_name;     ///< --shard-ca, --shard-cert, --shard-key, --shard-tls-name
   int64_t timeout_ms = 30000;                 ///< --shard-timeout-ms
   std::string device = "cpu";                 ///< --device: cpu or cuda (docs/backends.md)
 };
-/// Adds --device, --ffn, then add_shard_client_flags.
+/// Adds --device, --ffn, --pipeline, then add_shard_client_flags.
 void add_ffn_flags(CLI::App* app, FfnArgs& a);
 /// Adds --shard-ca, --shard-cert, --shard-key, --shard-tls-name, --shard-timeout-ms.
 void add_shard_client_flags(CLI::App* app, FfnArgs& a);

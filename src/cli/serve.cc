@@ -136,7 +136,7 @@ std::unique_ptr<Stack> make_stack(std::shared_ptr<api::LoadedModel> handle, std:
   lo.cancel = sh.lql_cancel;
   ao.lql = std::make_shared<server::LqlApi>(lo);
   ao.sessions = sh.sessions;
-  ao.shards = m.ffn_shards();
+  ao.shards = m.shards();
   st->api = std::make_unique<server::Api>(st->forward, m.tokenizer(), *st->sched, sh.http, ao);
   Stack* raw = st.get();
   st->handle = [raw](const server::Request& q, server::Responder& r) { (*raw->api)(q, r); };
@@ -217,6 +217,8 @@ void check_topology(const std::string& path, const shard::ShardMap& map) {
 void serve(ServeArgs& a) {
   if (a.shard.grpc_port >= 0) {
     if (!a.ffn.ffn.empty()) throw Error(ErrorKind::Usage, "a shard runs its own FFN: --ffn and --grpc-port do not go together");
+    if (!a.ffn.pipeline.empty())
+      throw Error(ErrorKind::Usage, "a shard runs its own layers: --pipeline and --grpc-port do not go together");
     // The HTTP server's security flags would silently not apply to the gRPC shard.
     const std::pair<bool, const char*> http_only[] = {
         {!a.api_key.empty() || !a.api_key_file.empty(), "--api-key (a shard authenticates clients by certificate: --grpc-client-ca)"},
@@ -243,8 +245,9 @@ void serve(ServeArgs& a) {
   const bool dir_mode = is_model_directory(a.model);
   if (dir_mode && !a.alias.empty())
     throw Error(ErrorKind::Usage, "--alias names the one model served; a directory's models go by their file names");
-  if (dir_mode && !a.ffn.ffn.empty())
-    throw Error(ErrorKind::Usage, "--ffn runs one model's FFN on shards; serve that model alone, not a directory");
+  if (dir_mode && (!a.ffn.ffn.empty() || !a.ffn.pipeline.empty()))
+    throw Error(ErrorKind::Usage, std::string(a.ffn.ffn.empty() ? "--pipeline runs one model's layers" : "--ffn runs one model's FFN") +
+                                      " on shards; serve that model alone, not a directory");
   if (!dir_mode && a.max_resident_mb > 0)
     throw Error(ErrorKind::Usage, "--max-resident-mb applies to a directory of models (larql serve DIR/)");
   // Signals go to one waiting thread, never to a thread in the middle of a decode step.
@@ -320,7 +323,7 @@ void serve(ServeArgs& a) {
   sh.http = http.get();
   if (!dir_mode) {
     Loaded l = load(a.model, a.threads, "serve", &a.ffn);
-    if (!a.topology.empty()) check_topology(a.topology, l.handle->ffn_shards());
+    if (!a.topology.empty()) check_topology(a.topology, l.handle->shards());
     // The id clients see: --alias, else the file's or directory's name without its extension
     // (llama.cpp's server names the model by its path too).
     std::string id = a.alias;
@@ -443,11 +446,15 @@ void register_router(CLI::App& app) {
                   "the shards from a JSON file: {\"shards\": [\"HOST:PORT\", {\"address\": \"HOST:PORT\", \"layers\": "
                   "\"A-B\", \"experts\": \"A-B\"}]} (stated parts are checked against the shards)")
       ->check(CLI::ExistingFile);
+  auto pipeline = std::make_shared<bool>(false);
+  cmd->add_flag("--pipeline", *pipeline,
+                "the shards hold whole layers: run the layers on them stage after stage, the K/V kept there (only the "
+                "embedding and lm_head here; only the standard engine)");
   add_shard_client_flags(cmd, a->ffn);
   add_http_options(cmd, *a);
-  cmd->callback([a, shards, topology] {
+  cmd->callback([a, shards, topology, pipeline] {
     if (shards->empty() == topology->empty()) throw Error(ErrorKind::Usage, "give the shards: --shards or --topology (one of them)");
-    a->ffn.ffn = "remote:" + (shards->empty() ? topology_shards(*topology) : *shards);
+    (*pipeline ? a->ffn.pipeline : a->ffn.ffn) = "remote:" + (shards->empty() ? topology_shards(*topology) : *shards);
     a->topology = *topology;
     serve(*a);
   });

@@ -451,6 +451,14 @@ void Forward::run_layers(int64_t begin, int64_t end, float* x, int64_t n, KvCach
 
 void Forward::require_attention(int64_t li) const {
   if (model_->part().attention) return model_->require_layer(li, "attention");
+  if (device_ && !device_->supports(DeviceFeature::HostKv)) {
+    // The layers run where the backend is (a pipeline of shards): only its sequences run them.
+    const DeviceInfo d = device_->info();
+    throw Error(ErrorKind::BackendUnavailable,
+                "this needs the layers here (attention at layer " + std::to_string(li) + "), but they run on the " +
+                    d.backend + " backend (" + d.name + "): over it only generation with the standard engine, "
+                    "logits and perplexity run");
+  }
   throw Error(ErrorKind::InvalidArgument, "attention at layer " + std::to_string(li) +
                                               " needs the attention weights, but this model part holds " +
                                               model_->part().describe(config()) + " (" + model_->path() + ")");

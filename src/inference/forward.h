@@ -225,6 +225,10 @@ class Forward {
   /// The FFN a layer runs (the shared DenseFfn, or MoeFfn for a mixture of experts, unless
   /// set_ffn replaced it).
   Ffn& ffn(int64_t layer);
+  /// Whether set_ffn gave the layer an FFN of its own (e.g. one on shards).
+  bool ffn_replaced(int64_t layer) const {
+    return layer >= 0 && static_cast<size_t>(layer) < ffns_.size() && ffns_[static_cast<size_t>(layer)] != nullptr;
+  }
 
   /// The backend the engines made over this Forward run on (kv/registry.h make_engine): null
   /// (the default) = this Forward's own CPU code; a GPU DeviceModel (api::OpenOptions::device)

@@ -4,6 +4,16 @@
 
 namespace larql {
 
+namespace {
+/// How the user chose the backend, and what runs the other engines: for messages.
+std::pair<std::string, std::string> chosen_by(const DeviceInfo& d) {
+  if (d.backend == "pipeline")
+    return {"over a pipeline of shards (--pipeline; the shards keep the K/V of their layers)",
+            "use --ffn remote:... (attention and the K/V here, the FFN on the shards)"};
+  return {"on --device " + d.backend, "use --device cpu"};
+}
+}  // namespace
+
 DeviceEngine::DeviceEngine(std::shared_ptr<Forward> forward, std::shared_ptr<DeviceModel> device)
     : fwd_(std::move(forward)), device_(std::move(device)) {
   if (!fwd_ || !device_) throw Error(ErrorKind::InvalidArgument, "DeviceEngine: no forward or device");
@@ -41,13 +51,15 @@ EngineInfo DeviceEngine::info() const {
 EngineMemory DeviceEngine::memory() const { return EngineMemory{seq_ ? seq_->kv_bytes() : 0, 0, 0}; }
 
 void DeviceEngine::save_state(const std::string& path) const {
-  throw Error(ErrorKind::BackendUnavailable, "saving a sequence's state (" + path + ") is not supported on --device " +
-                                                 device_->info().backend + " yet: use --device cpu");
+  const auto [where, instead] = chosen_by(device_->info());
+  throw Error(ErrorKind::BackendUnavailable, "saving a sequence's state (" + path + ") is not supported " + where +
+                                                 " yet: " + instead);
 }
 
 void DeviceEngine::load_state(const std::string& path) {
-  throw Error(ErrorKind::BackendUnavailable, "resuming a sequence's state (" + path + ") is not supported on --device " +
-                                                 device_->info().backend + " yet: use --device cpu");
+  const auto [where, instead] = chosen_by(device_->info());
+  throw Error(ErrorKind::BackendUnavailable, "resuming a sequence's state (" + path + ") is not supported " + where +
+                                                 " yet: " + instead);
 }
 
 bool DeviceEngine::device_logits(float* out) {
@@ -61,12 +73,14 @@ int32_t DeviceEngine::device_argmax() {
   return seq_->argmax();
 }
 
+
 void refuse_on_device(const std::string& engine, const DeviceModel& device) {
   const DeviceInfo d = device.info();
+  const auto [where, instead] = chosen_by(d);
   throw Error(ErrorKind::BackendUnavailable,
               "engine '" + engine + "' keeps its state (residuals, windowed or quantised K/V) in host memory, which the " +
-                  d.backend + " backend (" + d.name + ") does not hold; on --device " + d.backend +
-                  " only 'standard' (no parameters) runs — use --device cpu for " + engine);
+                  d.backend + " backend (" + d.name + ") does not hold; " + where +
+                  " only 'standard' (no parameters) runs — " + instead + " for " + engine);
 }
 
 }  // namespace larql

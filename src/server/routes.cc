@@ -14,6 +14,8 @@
 #include "kv/generate.h"
 #include "server/request_json.h"
 #include "server/static_files.h"
+#include "server/walk_ffn_route.h"
+#include "server/error_status.h"
 #include "server/lql_routes.h"
 #include "util/error.h"
 
@@ -254,6 +256,8 @@ void Api::operator()(const Request& req, Responder& r) {
       engines_(req, r);
     } else if (req.path == "/v1/sessions" || req.path.rfind("/v1/sessions/", 0) == 0) {
       sessions(req, r);
+    } else if (req.path == "/v1/walk-ffn") {
+      walk_ffn_route(*runner_, req, r);  // server/walk_ffn_route.h: the shard's WalkFfn over HTTP
     } else if (req.path == "/v1/completions" || req.path == "/v1/chat/completions") {
       if (req.method != "POST") bad("", "use POST for " + req.path, 405);
       completions(req, r, req.path == "/v1/chat/completions");
@@ -273,6 +277,10 @@ void Api::operator()(const Request& req, Responder& r) {
     const char* type = e.status == 404 ? "not_found_error" : e.status == 429 ? "rate_limit_error"
                        : e.status >= 500 ? "server_error" : "invalid_request_error";
     r.send(e.status, "application/json", error_json(e.message, type, e.param, e.code));
+  } catch (const Error& e) {  // from the model (a shard down, layers that run elsewhere): error_status.h's table
+    ++errors_;
+    const int status = http_status_of(e.kind());
+    r.send(status, "application/json", error_json(e.what(), status >= 500 ? "server_error" : "invalid_request_error"));
   }
 }
 

@@ -1,12 +1,11 @@
 // The client side of a split model (shard/shard.h): ShardClient, RemoteFfn and the checks that a
 // set of shards makes one model with the local part.
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include <grpc/health/v1/health.grpc.pb.h>
 #include <larql/shard/v1/shard.grpc.pb.h>
 #include "shard/shard.h"
+#include "shard/tls.h"
 #include "shard/wire.h"
 #include "util/error.h"
 
@@ -15,14 +14,6 @@ namespace {
 
 namespace pb = ::larql::shard::v1;
 namespace hpb = ::grpc::health::v1;
-
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::NotFound, std::string(what) + " " + path + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string range(int64_t b, int64_t e) { return b + 1 == e ? std::to_string(b) : std::to_string(b) + "-" + std::to_string(e - 1); }
 
@@ -60,12 +51,13 @@ ShardClient::ShardClient(const std::string& address, const ClientTls& tls, std::
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!tls.ca.empty()) {
     grpc::SslCredentialsOptions so;
-    so.pem_root_certs = read_file(tls.ca, "the shard CA");
+    so.pem_root_certs = tls::read_certificates(tls.ca, "the shard CA");
     if (tls.cert.empty() != tls.key.empty())
       throw Error(ErrorKind::InvalidArgument, "give the client certificate and key together");
     if (!tls.cert.empty()) {
-      so.pem_cert_chain = read_file(tls.cert, "the client certificate");
-      so.pem_private_key = read_file(tls.key, "the client key");
+      so.pem_cert_chain = tls::read_certificates(tls.cert, "the client certificate");
+      so.pem_private_key = tls::read_private_key(tls.key, "the client key");
+      tls::check_key_pair(so.pem_cert_chain, so.pem_private_key, tls.cert, tls.key);
     }
     creds = grpc::SslCredentials(so);
   } else {
@@ -128,8 +120,10 @@ void ShardClient::fail(const void* status, const char* call) {
 
 void ShardClient::reverify() {
   if (!suspect_.load()) return;
+  // A shard that failed (a call, or a health check) is probed with a short deadline: a request made
+  // while it is known down fails in about a second, not after the whole call deadline.
   grpc::ClientContext ctx;
-  impl_->prepare(ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::min(impl_->timeout, kProbeDeadline));
   pb::InfoReply r;
   const grpc::Status s = impl_->stub->Info(&ctx, pb::InfoRequest{}, &r);
   if (!s.ok()) wire::throw_status(s, impl_->who, "Info");
@@ -228,11 +222,14 @@ int64_t ShardClient::run_layers(const std::string& seq, int64_t begin, int64_t e
   return n_past;
 }
 
-bool ShardClient::end_sequence(const std::string& seq) {
+bool ShardClient::end_sequence(const std::string& seq, std::chrono::milliseconds deadline) {
   pb::EndSequenceRequest q;
   q.set_sequence_id(seq);
   grpc::ClientContext ctx;
-  impl_->prepare(ctx);
+  if (deadline.count() > 0)
+    ctx.set_deadline(std::chrono::system_clock::now() + std::min(deadline, impl_->timeout));
+  else
+    impl_->prepare(ctx);
   pb::EndSequenceReply r;
   const grpc::Status s = impl_->stub->EndSequence(&ctx, q, &r);
   if (!s.ok()) fail(&s, "EndSequence");
@@ -248,20 +245,26 @@ bool ShardClient::healthy(std::chrono::milliseconds deadline) {
   hpb::HealthCheckRequest q;
   hpb::HealthCheckResponse r;
   const grpc::Status s = impl_->health->Check(&ctx, q, &r);
-  if (!s.ok() || r.status() != hpb::HealthCheckResponse::SERVING) return false;
+  // Down (or serving something else): the next call probes it briefly first (reverify).
+  auto down = [this] {
+    suspect_ = true;
+    return false;
+  };
+  if (!s.ok() || r.status() != hpb::HealthCheckResponse::SERVING) return down();
   // Serving, but serving what the client connected to? (a shard restarted on another file is down)
   grpc::ClientContext ic;
   ic.set_deadline(ctx.deadline());
   pb::InfoReply i;
-  if (!impl_->stub->Info(&ic, pb::InfoRequest{}, &i).ok()) return false;
-  return wire::identity(i.fingerprint(), i.layer_begin(), i.layer_end(), i.expert_begin(), i.expert_end(), i.attention(),
-                        i.ffn()) == impl_->expect;
+  if (!impl_->stub->Info(&ic, pb::InfoRequest{}, &i).ok()) return down();
+  if (wire::identity(i.fingerprint(), i.layer_begin(), i.layer_end(), i.expert_begin(), i.expert_end(), i.attention(),
+                     i.ffn()) != impl_->expect)
+    return down();
+  return true;
 }
 
-ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const ClientTls& tls,
-                            std::chrono::milliseconds timeout) {
+std::vector<std::shared_ptr<ShardClient>> dial_shards(const Model& local, const std::string& spec, const ClientTls& tls,
+                                                     std::chrono::milliseconds timeout) {
   const ModelConfig& c = local.config();
-  const int64_t E = c.n_experts;
   std::vector<std::string> addrs;
   for (size_t p = 0; p <= spec.size();) {
     const size_t q = std::min(spec.find(',', p), spec.size());
@@ -271,19 +274,31 @@ ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const C
   }
   if (addrs.empty()) throw Error(ErrorKind::InvalidArgument, "no shard addresses in \"" + spec + "\"");
   std::vector<std::shared_ptr<ShardClient>> shards;
-  ShardMap by_layer(static_cast<size_t>(c.n_layers));
   for (const auto& a : addrs) {
     for (const auto& s : shards)
       if (s->info().address == a) throw Error(ErrorKind::InvalidArgument, "shard " + a + " is listed twice");
     auto s = std::make_shared<ShardClient>(a, tls, timeout);
     const ShardInfo& i = s->info();
     if (i.fingerprint != local.fingerprint() || i.n_layers != c.n_layers || i.hidden != c.hidden ||
-        i.architecture != c.arch || i.n_experts != E)
+        i.architecture != c.arch || i.n_experts != c.n_experts)
       throw Error(ErrorKind::InvalidArgument,
                   "shard " + i.describe() + " serves another model: " + i.model + " (" + i.architecture + ", " +
                       std::to_string(i.n_layers) + " layers, fingerprint " + i.fingerprint + "), but this one is " +
                       local.path() + " (" + c.arch + ", " + std::to_string(c.n_layers) + " layers, fingerprint " +
                       local.fingerprint() + ")");
+    shards.push_back(std::move(s));
+  }
+  return shards;
+}
+
+ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const ClientTls& tls,
+                            std::chrono::milliseconds timeout) {
+  const ModelConfig& c = local.config();
+  const int64_t E = c.n_experts;
+  const std::vector<std::shared_ptr<ShardClient>> shards = dial_shards(local, spec, tls, timeout);
+  ShardMap by_layer(static_cast<size_t>(c.n_layers));
+  for (const auto& s : shards) {
+    const ShardInfo& i = s->info();
     if (!i.ffn) throw Error(ErrorKind::InvalidArgument, "shard " + i.describe() + " holds no FFN weights");
     if (E > 0 && i.expert_begin >= i.expert_end)
       throw Error(ErrorKind::InvalidArgument, "shard " + i.describe() + " holds no experts");
@@ -307,7 +322,6 @@ ShardMap connect_ffn_shards(const Model& local, const std::string& spec, const C
       }
       if (!placed) parts.push_back(Replicas{s});
     }
-    shards.push_back(std::move(s));
   }
   std::string missing;
   for (int64_t li = 0; li < c.n_layers; ++li) {

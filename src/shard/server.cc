@@ -2,14 +2,14 @@
 #include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include <larql/shard/v1/shard.grpc.pb.h>
 #include "shard/shard.h"
+#include "shard/tls.h"
+#include "shard/walk_ffn.h"
 #include "shard/wire.h"
 #include "util/error.h"
 
@@ -18,16 +18,6 @@ namespace {
 
 namespace pb = ::larql::shard::v1;
 using Clock = std::chrono::steady_clock;
-
-std::string read_pem(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::NotFound, std::string(what) + " " + path + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (ss.str().find("-----BEGIN") == std::string::npos)
-    throw Error(ErrorKind::InvalidArgument, std::string(what) + " " + path + ": not a PEM file");
-  return ss.str();
-}
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
@@ -136,16 +126,13 @@ struct ShardServer::Impl final : pb::Shard::Service {
     return guarded(ctx, [&] {
       const ModelConfig& c = model->config();
       const int64_t layer = q->layer();
-      if (layer >= c.n_layers)
-        throw Error(ErrorKind::InvalidArgument, "WalkFfn: layer " + std::to_string(layer) + " is past the model's " +
-                                                    std::to_string(c.n_layers) + " layers");
-      check_expect(q->expect());
-      require_ffn_weights(*model, layer);
+      check_expect(q->expect());  // a request for another shard is refused as such first
+      Lease l = lease(ctx);
+      check_walk_ffn_layer(*l.f, layer, "WalkFfn");  // before the rows: a layer not held is named first
       thread_local std::vector<float> h, out;
       const int64_t n = wire::decode_rows(q->rows(), c.hidden, opt.max_rows, "WalkFfn rows", h);
       out.resize(static_cast<size_t>(n * c.hidden));
-      Lease l = lease(ctx);
-      l.f->ffn(layer).run(*l.f, layer, h.data(), n, out.data());
+      walk_ffn(*l.f, layer, h.data(), n, opt.max_rows, out.data());
       wire::encode_rows(out.data(), n, c.hidden, q->reply_dtype() == pb::BF16 ? pb::BF16 : pb::F32, r->mutable_rows());
     });
   }
@@ -323,8 +310,11 @@ ShardServer::ShardServer(std::shared_ptr<const Model> model, std::shared_ptr<Thr
     grpc::SslServerCredentialsOptions so(opt.client_ca.empty()
                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    if (!opt.client_ca.empty()) so.pem_root_certs = read_pem(opt.client_ca, "the client CA");
-    so.pem_key_cert_pairs.push_back({read_pem(opt.tls_key, "the TLS key"), read_pem(opt.tls_cert, "the TLS certificate")});
+    if (!opt.client_ca.empty()) so.pem_root_certs = tls::read_certificates(opt.client_ca, "the client CA");
+    const std::string cert = tls::read_certificates(opt.tls_cert, "the TLS certificate");
+    const std::string key = tls::read_private_key(opt.tls_key, "the TLS key");
+    tls::check_key_pair(cert, key, opt.tls_cert, opt.tls_key);
+    so.pem_key_cert_pairs.push_back({key, cert});
     creds = grpc::SslServerCredentials(so);
   } else {
     creds = grpc::InsecureServerCredentials();

@@ -82,15 +82,19 @@ struct ShardInfo {
 };
 
 /// One shard, dialled once (a channel reused by every call; gRPC reconnects by itself). Every call
-/// has a deadline (`timeout`). After a call fails in transport, the next call first asks Info again
-/// and refuses a shard that came back serving another model or another part (never a silent wrong
-/// answer). Thread-safe.
+/// has a deadline (`timeout`). After a call fails in transport or a health check finds the shard
+/// down, the next call first asks Info again with a short deadline (kProbeDeadline: a request made
+/// while the shard is known down fails within it, not after `timeout`) and refuses a shard that
+/// came back serving another model or another part (never a silent wrong answer). Thread-safe.
 /// Errors of every call: Error{BackendUnavailable} naming the shard and gRPC's status (unreachable,
 /// deadline exceeded, refused certificate, restarted on another model, ...); Error{InvalidArgument}
 /// when the shard says the request was bad; Error{Cancelled} when the shard says the call was
 /// cancelled.
 class ShardClient {
  public:
+  /// The deadline of the Info probe before a call to a shard that failed (or the timeout, if shorter).
+  static constexpr std::chrono::milliseconds kProbeDeadline{1000};
+
   /// Dial and ask Info. Errors: as above; Error{InvalidArgument} for a malformed address.
   ShardClient(const std::string& address, const ClientTls& tls, std::chrono::milliseconds timeout);
   ~ShardClient();
@@ -107,10 +111,13 @@ class ShardClient {
   /// rows h [n, hidden] into y [n*k, hidden] (slot t*k+j = expert chosen[t*k+j] on row t); the
   /// slots it filled are set to 1 in `filled` [n*k] (others untouched).
   void experts(int64_t layer, const float* h, int64_t n, int64_t k, const int32_t* chosen, float* y, uint8_t* filled);
-  /// Drop a pipeline sequence on the shard; whether it existed.
-  bool end_sequence(const std::string& seq);
+  /// Drop a pipeline sequence on the shard; whether it existed. `deadline` 0: the client's timeout.
+  bool end_sequence(const std::string& seq, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
+  /// Whether the last call failed in transport (the next call asks Info first).
+  bool suspect() const { return suspect_.load(); }
   /// The standard health check (grpc.health.v1 Check of ""): true when SERVING within `deadline`
-  /// (0: the client's timeout). Never throws.
+  /// (0: the client's timeout) and Info still describes the part connected to; false marks the
+  /// shard suspect (the next call probes it first). Never throws.
   bool healthy(std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
 
   struct Impl;
@@ -132,6 +139,14 @@ using Replicas = std::vector<std::shared_ptr<ShardClient>>;
 /// For each layer, the parts that together hold its FFN: one for a dense model or a shard holding
 /// every expert; for expert shards, one per expert range, the ranges partitioning the experts.
 using ShardMap = std::vector<std::vector<Replicas>>;
+
+/// Dial every "host:port" of a comma-separated list (each once: a repeated one is refused) and
+/// check that each serves the local model: its architecture, sizes and fingerprint equal the
+/// local model's (a shard of another model file is refused, naming both fingerprints).
+/// Errors: Error{InvalidArgument} for those and a malformed list; Error{BackendUnavailable} for a
+/// shard that does not answer.
+std::vector<std::shared_ptr<ShardClient>> dial_shards(const Model& local, const std::string& spec, const ClientTls& tls,
+                                                     std::chrono::milliseconds timeout);
 
 /// Dial every "host:port" of a comma-separated list and check the set against the local model:
 /// each shard's architecture, sizes and fingerprint equal the local model's (a shard of another

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "shard/walk_ffn.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -11,9 +12,7 @@ namespace larql::shard::wire {
 
 int64_t decode_rows(const pb::Rows& r, int64_t width, int64_t max_rows, const char* what, std::vector<float>& out) {
   const uint64_t n = r.n(), w = r.width();
-  if (n == 0 || n > static_cast<uint64_t>(max_rows))
-    throw Error(ErrorKind::InvalidArgument, std::string(what) + ": " + std::to_string(n) +
-                                                " rows; a call carries 1 to " + std::to_string(max_rows));
+  check_row_count(n, max_rows, what);
   if (w != static_cast<uint64_t>(width))
     throw Error(ErrorKind::InvalidArgument, std::string(what) + ": rows of width " + std::to_string(w) +
                                                 "; this model's rows are " + std::to_string(width) + " wide");

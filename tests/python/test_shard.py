@@ -226,6 +226,40 @@ def test_mutual_tls_refuses_a_client_without_the_routers_certificate(larql_bin, 
         s.stop()
 
 
+def test_tls_file_mistakes_are_named_before_grpc_starts(larql_bin, model_path, tmp_path):
+    _ca(tmp_path, "ca")
+    _issue(tmp_path, "ca", "shard", "IP:127.0.0.1")
+    _issue(tmp_path, "ca", "router", "DNS:router")
+    (tmp_path / "garbage.pem").write_text("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n")
+    (tmp_path / "empty.pem").write_text("")
+    t = lambda f: str(tmp_path / f)  # noqa: E731
+
+    def serve(*flags):
+        return subprocess.run([str(larql_bin), "serve", str(model_path), "--grpc-port", "0", "--layers", "0-17", *flags],
+                              capture_output=True, text=True, timeout=120)
+
+    cases = [
+        (["--grpc-cert", t("shard.pem"), "--grpc-key", t("router.key")], ["router.key", "shard.pem", "not the private key"]),
+        (["--grpc-cert", t("shard.pem"), "--grpc-key", t("shard.pem")], ["shard.pem", "no PEM private key"]),
+        (["--grpc-cert", t("shard.key"), "--grpc-key", t("shard.key")], ["shard.key", "no PEM certificate"]),
+        (["--grpc-cert", t("shard.pem"), "--grpc-key", t("shard.key"), "--grpc-client-ca", t("garbage.pem")],
+         ["garbage.pem", "does not parse"]),
+        (["--grpc-cert", t("shard.pem"), "--grpc-key", t("shard.key"), "--grpc-client-ca", t("empty.pem")],
+         ["empty.pem", "no PEM certificate"]),
+    ]
+    for flags, says in cases:
+        r = serve(*flags)
+        assert r.returncode != 0, flags
+        assert all(w in r.stderr for w in says), (flags, r.stderr)
+        assert "listening" not in r.stdout
+    # The client's side: the same checks, naming its files.
+    r = run(model_path, "--ffn", "remote:127.0.0.1:1", "--shard-ca", t("ca.pem"), "--shard-cert", t("router.pem"),
+            "--shard-key", t("shard.key"), check=False)
+    assert r.returncode != 0 and "shard.key" in r.stderr and "not the private key" in r.stderr, r.stderr
+    r = run(model_path, "--ffn", "remote:127.0.0.1:1", "--shard-ca", t("garbage.pem"), check=False)
+    assert r.returncode != 0 and "garbage.pem" in r.stderr, r.stderr
+
+
 def test_bad_shard_flags_are_refused(larql_bin, model_path):
     r = subprocess.run([str(larql_bin), "serve", str(model_path), "--grpc-port", "0", "--grpc-host", "0.0.0.0"],
                        capture_output=True, text=True, timeout=120)
@@ -278,6 +312,39 @@ def test_a_server_over_shards_reports_a_dead_shard_and_recovers(larql_bin, model
         finally:
             b2.stop()
     finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+        a.stop()
+        b.stop()
+
+
+def test_a_request_while_health_knows_a_shard_is_down_fails_fast(larql_bin, model_path):
+    import signal
+
+    a, b = Shard(larql_bin, model_path, "--layers", "0-8"), Shard(larql_bin, model_path, "--layers", "9-17")
+    srv, url = _http_server(larql_bin, model_path, "--shards", f"{a.address},{b.address}", "--shard-timeout-ms", "20000",
+                            verb="router")
+    try:
+        want = _complete(url, PROMPT)
+        b.proc.send_signal(signal.SIGSTOP)  # hung: the connection stays open, nothing answers
+        status, h = _health(url)
+        assert status == 503 and h["status"] == "down", h
+        body = json.dumps({"model": "x", "prompt": PROMPT, "max_tokens": 8, "temperature": 0}).encode()
+        req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        t0 = time.monotonic()
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=60)
+        took = time.monotonic() - t0
+        assert e.value.code == 503 and b.address in e.value.read().decode()
+        assert took < 5, f"{took:.1f} s: waited for the 20 s deadline instead of failing fast"
+        b.proc.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while _health(url)[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _complete(url, PROMPT) == want
+    finally:
+        if b.proc.poll() is None:
+            b.proc.send_signal(signal.SIGCONT)
         srv.terminate()
         srv.wait(timeout=30)
         a.stop()
