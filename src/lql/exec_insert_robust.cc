@@ -18,6 +18,7 @@
 //    canonical prompt, bisected 3 times, then doubled (COMPOSE's margin). ALPHA multiplies it.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "lql/edits.h"
@@ -43,8 +44,16 @@ const char* const kTemplates[] = {
 };
 // Invented names (checked against data/edit_eval's entities: none is one of them or inside one).
 const char* const kInvented[] = {"Drovania", "Kelmistra", "Ulvaren", "Pashkoria", "Tessimund", "Borvathi", "Quillomar", "Yendrabia"};
+// Ordinary text the gate must stay off on, at every position (with the decoy prompts'): written
+// for this mode.
+const char* const kBackground =
+    "The village sat at the edge of a wide valley. Every morning the farmers walked to their fields, and the children "
+    "ran to the small school by the river. In the evening people gathered in the square to talk about the weather, the "
+    "harvest and the news from the city. Prices had risen that year, but most families still had enough bread, and the "
+    "old bridge over the river had finally been repaired.";
 constexpr size_t kNearest = 32;      // earlier facts the gate is made orthogonal to
-constexpr double kThreshold = 0.5;   // tau = this x the weakest template's score
+constexpr double kThreshold = 0.5;   // tau >= this x the weakest template's score
+constexpr double kBackgroundMargin = 1.5;  // tau >= this x the highest background score
 constexpr double kMargin = 2.0;      // COMPOSE's margin over the least balanced scale
 
 std::string lower(std::string s) {
@@ -84,6 +93,68 @@ const std::vector<float>& base_in(Session& s, const std::string& prompt, int64_t
   return memo[key] = std::move(run.rows.at(static_cast<size_t>(layer)).ffn_in);
 }
 
+// The FFN inputs at every position but the first (BOS) of the background text and the decoy
+// prompts, on the base model, memoised.
+const std::vector<std::vector<float>>& background(Session& s, int64_t layer) {
+  auto& memo = s.edits().memo->background;
+  auto it = memo.find(layer);
+  if (it != memo.end()) return it->second;
+  std::vector<std::vector<float>> out;
+  std::vector<std::string> texts = insert_decoy_prompts();
+  texts.emplace_back(kBackground);
+  for (const auto& t : texts) {
+    ForwardRun run = run_forward(s, t, true, "INSERT", s.base_model("INSERT"));
+    for (auto& r : run.rows)
+      if (r.layer == layer && r.pos > 0) out.push_back(std::move(r.ffn_in));
+  }
+  return memo[layer] = std::move(out);
+}
+
+// (C + lambda I)^-1 v, C the background inputs' second moment, lambda = kRidge x its mean
+// eigenvalue; the Cholesky factor memoised per layer.
+constexpr double kRidge = 0.05;
+std::vector<double> whiten(Session& s, int64_t layer, const std::vector<double>& v) {
+  auto& memo = s.edits().memo->whitener;
+  const size_t n = v.size();
+  auto it = memo.find(layer);
+  if (it == memo.end()) {
+    const auto& bg = background(s, layer);
+    std::vector<double> c(n * n, 0.0);
+    for (const auto& x : bg)
+      for (size_t i = 0; i < n; ++i) {
+        const double xi = x[i] / static_cast<double>(bg.size());
+        for (size_t j = 0; j <= i; ++j) c[i * n + j] += xi * x[j];
+      }
+    double tr = 0;
+    for (size_t i = 0; i < n; ++i) tr += c[i * n + i];
+    for (size_t i = 0; i < n; ++i) c[i * n + i] += kRidge * tr / static_cast<double>(n);
+    // Cholesky, lower triangle in place: C = L L^T.
+    for (size_t j = 0; j < n; ++j) {
+      double d = c[j * n + j];
+      for (size_t k = 0; k < j; ++k) d -= c[j * n + k] * c[j * n + k];
+      d = std::sqrt(std::max(d, 1e-30));
+      c[j * n + j] = d;
+      for (size_t i = j + 1; i < n; ++i) {
+        double x = c[i * n + j];
+        for (size_t k = 0; k < j; ++k) x -= c[i * n + k] * c[j * n + k];
+        c[i * n + j] = x / d;
+      }
+    }
+    it = memo.emplace(layer, std::move(c)).first;
+  }
+  const std::vector<double>& l = it->second;
+  std::vector<double> y(v);
+  for (size_t i = 0; i < n; ++i) {  // L y = v
+    for (size_t k = 0; k < i; ++k) y[i] -= l[i * n + k] * y[k];
+    y[i] /= l[i * n + i];
+  }
+  for (size_t i = n; i-- > 0;) {  // L^T x = y
+    for (size_t k = i + 1; k < n; ++k) y[i] -= l[k * n + i] * y[k];
+    y[i] /= l[i * n + i];
+  }
+  return y;
+}
+
 // Per template, the decoy entities' FFN inputs (template-major) for this relation.
 std::vector<std::vector<float>> decoy_inputs(Session& s, const std::string& relation, const std::string& entity, int64_t layer) {
   std::vector<std::string> names = insert_decoy_entities();
@@ -96,15 +167,21 @@ std::vector<std::vector<float>> decoy_inputs(Session& s, const std::string& rela
 }
 
 // The key of (relation, entity): mean over templates of its input minus the decoys' mean there.
-std::vector<double> fact_key(const std::vector<std::vector<float>>& xs, const std::vector<std::vector<float>>& decoys, int64_t hidden) {
+// The canonical template (the prompt INSERT installs the fact on) counts kCanonicalWeight times.
+constexpr double kCanonicalWeight = 3.0;
+std::vector<double> fact_key(const std::vector<std::vector<float>>& xs, const std::vector<std::vector<float>>& decoys, int64_t hidden,
+                             bool canonical_only = false) {
   const size_t nt = xs.size(), per = decoys.size() / nt;
+  const double wsum = canonical_only ? 1.0 : kCanonicalWeight + static_cast<double>(nt - 1);
   std::vector<double> k(static_cast<size_t>(hidden), 0.0);
-  for (size_t t = 0; t < nt; ++t)
+  for (size_t t = 0; t < nt; ++t) {
+    const double w = (t == 0 ? (canonical_only ? 1.0 : kCanonicalWeight) : canonical_only ? 0.0 : 1.0) / wsum;
     for (int64_t i = 0; i < hidden; ++i) {
       double b = 0;
       for (size_t d = 0; d < per; ++d) b += decoys[t * per + d][static_cast<size_t>(i)];
-      k[static_cast<size_t>(i)] += (xs[t][static_cast<size_t>(i)] - b / static_cast<double>(per)) / static_cast<double>(nt);
+      k[static_cast<size_t>(i)] += w * (xs[t][static_cast<size_t>(i)] - b / static_cast<double>(per));
     }
+  }
   return k;
 }
 
@@ -126,7 +203,7 @@ Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, 
     xs.push_back(insert_ffn_in(s, prompts.back(), layer));
   }
   const std::vector<std::vector<float>> dec = decoy_inputs(s, st.relation, st.entity, layer);
-  const std::vector<double> k = fact_key(xs, dec, hidden);
+  std::vector<double> k = fact_key(xs, dec, hidden);
   // Earlier robust facts' keys (memoised; a fact applied from a file is keyed on first need).
   std::vector<std::pair<double, std::vector<double>>> earlier;
   auto consider = [&](const PatchOp& o) {
@@ -176,7 +253,16 @@ Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, 
   for (const auto& d : generic) add_basis(std::vector<double>(d.begin(), d.end()));
   for (const auto& d : dec) add_basis(std::vector<double>(d.begin(), d.end()));
   for (auto& e : earlier) add_basis(std::move(e.second));
+  // Whitened against ordinary text: r = P (C + lambda I)^-1 P k, P the projection off the decoys'
+  // span, C the second moment of the background inputs: the direction on which ordinary text
+  // scores least for what the fact scores (Fisher's discriminant, as MEMIT's key covariance).
+  // A key that the canonical prompt does not stand out on (its template weighs little against
+  // the others') is retried from the canonical prompt alone: a COMPOSE key, whitened.
+  bool canonical_only = false;
+retry:
   std::vector<double> r = k;
+  project_out(r);
+  r = whiten(s, layer, r);
   project_out(r);
   const double rn = std::sqrt(std::inner_product(r.begin(), r.end(), r.begin(), 0.0));
   if (rn < 1e-6)
@@ -191,9 +277,6 @@ Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, 
     s_mean += score[i] / static_cast<double>(xs.size());
     if (score[i] < s_min) s_min = score[i], weakest = i;
   }
-  if (!(s_min > 0))
-    throw Error(ErrorKind::InvalidArgument, "INSERT: \"" + prompts[weakest] + "\" does not score on the fact's key at layer " +
-                                                std::to_string(layer) + " (MODE COMPOSE keys on the canonical prompt alone)");
   // 3. The bias coordinate: the FFN input coordinate steadiest over the decoys (COMPOSE's).
   std::vector<const std::vector<float>*> all;
   for (const auto& d : generic) all.push_back(&d);
@@ -212,8 +295,40 @@ Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, 
   if (kc < 0)
     throw Error(ErrorKind::Unsupported, "INSERT ... MODE ROBUST: no FFN-input coordinate of layer " + std::to_string(layer) +
                                             " is steady enough across prompts to act as the gate's bias (MODE COMPOSE has a fallback)");
-  const double tau = kThreshold * s_min;
+  // The threshold: above the background text's highest score (every position), and above half
+  // the weakest template's; templates below it (or close) are not balanced on.
+  double bg_max = -INFINITY;
+  for (const auto& x : background(s, layer)) bg_max = std::max(bg_max, dotd(r, x));
+  double tau = std::max(kThreshold * s_min, kBackgroundMargin * bg_max);
+  if (tau > 0.75 * score[0]) tau = std::max(1.1 * bg_max, 0.75 * score[0]);  // the canonical prompt must fire
+  // The reference score: the mean of the templates that fire.
+  {
+    double sum = 0;
+    int n = 0;
+    for (double v : score)
+      if (v > tau) sum += v, ++n;
+    if (n > 0) s_mean = sum / n;
+  }
+  if (!canonical_only && !(score[0] > tau * 1.05)) {
+    canonical_only = true;
+    k = fact_key(xs, dec, hidden, true);
+    t.notes.push_back("the entity's templates do not fire together above ordinary text: keyed on the canonical prompt");
+    goto retry;
+  }
+  if (!(s_mean > tau * 1.05) || !(score[0] > tau * 1.05))
+    throw Error(ErrorKind::InvalidArgument, "INSERT: \"" + st.entity + "\" does not stand out from ordinary text at layer " +
+                                                std::to_string(layer) + " (templates' mean score " + std::to_string(s_mean) +
+                                                ", ordinary text's up to " + std::to_string(bg_max) + "); MODE COMPOSE keys on the canonical prompt alone");
+  weakest = 0;
+  for (size_t i = 1; i < xs.size(); ++i)
+    if (score[i] >= tau + 0.3 * (s_mean - tau) && score[i] < score[weakest]) weakest = i;
   const double G = 6.0 / (s_mean - tau);  // the pre-activation is 6 at the mean template score
+  {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "key scores: templates %.3g to %.3g (mean %.3g), ordinary text up to %.3g; threshold %.3g",
+                  s_min, *std::max_element(score.begin(), score.end()), s_mean, bg_max, tau);
+    t.notes.push_back(buf);
+  }
   op.kind = PatchOp::Kind::Insert;
   {
     std::vector<std::vector<float>> slot_xs = generic;
