@@ -41,7 +41,7 @@ struct InsertMemo {
   std::map<std::string, std::vector<float>> fact_keys;    ///< "LAYER|entity|relation" (lower case) -> [hidden]
   std::map<std::string, double> scale;                    ///< "LAYER|relation" -> the last up-row scale balanced
   std::map<int64_t, std::vector<std::vector<float>>> background;  ///< layer -> ordinary text's inputs, every position
-  std::map<int64_t, std::vector<double>> whitener;  ///< layer -> Cholesky factor of their second moment + ridge [hidden^2]
+  std::map<std::pair<int64_t, double>, std::vector<double>> whitener;  ///< (layer, ridge) -> Cholesky factor of their second moment + ridge [hidden^2]
 };
 
 /// A patch in the stack: its name (the file it came from, or BEGIN PATCH's name) and its ops.

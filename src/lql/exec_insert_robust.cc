@@ -113,10 +113,11 @@ const std::vector<std::vector<float>>& background(Session& s, int64_t layer) {
 // (C + lambda I)^-1 v, C the background inputs' second moment, lambda = kRidge x its mean
 // eigenvalue; the Cholesky factor memoised per layer.
 constexpr double kRidge = 0.05;
-std::vector<double> whiten(Session& s, int64_t layer, const std::vector<double>& v) {
+std::vector<double> whiten(Session& s, int64_t layer, const std::vector<double>& v, double ridge = kRidge) {
   auto& memo = s.edits().memo->whitener;
   const size_t n = v.size();
-  auto it = memo.find(layer);
+  const std::pair<int64_t, double> mk{layer, ridge};
+  auto it = memo.find(mk);
   if (it == memo.end()) {
     const auto& bg = background(s, layer);
     std::vector<double> c(n * n, 0.0);
@@ -127,7 +128,7 @@ std::vector<double> whiten(Session& s, int64_t layer, const std::vector<double>&
       }
     double tr = 0;
     for (size_t i = 0; i < n; ++i) tr += c[i * n + i];
-    for (size_t i = 0; i < n; ++i) c[i * n + i] += kRidge * tr / static_cast<double>(n);
+    for (size_t i = 0; i < n; ++i) c[i * n + i] += ridge * tr / static_cast<double>(n);
     // Cholesky, lower triangle in place: C = L L^T.
     for (size_t j = 0; j < n; ++j) {
       double d = c[j * n + j];
@@ -140,7 +141,7 @@ std::vector<double> whiten(Session& s, int64_t layer, const std::vector<double>&
         c[i * n + j] = x / d;
       }
     }
-    it = memo.emplace(layer, std::move(c)).first;
+    it = memo.emplace(mk, std::move(c)).first;
   }
   const std::vector<double>& l = it->second;
   std::vector<double> y(v);
@@ -259,10 +260,11 @@ Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, 
   // A key that the canonical prompt does not stand out on (its template weighs little against
   // the others') is retried from the canonical prompt alone: a COMPOSE key, whitened.
   bool canonical_only = false;
+  double ridge = kRidge;
 retry:
   std::vector<double> r = k;
   project_out(r);
-  r = whiten(s, layer, r);
+  r = whiten(s, layer, r, ridge);
   project_out(r);
   const double rn = std::sqrt(std::inner_product(r.begin(), r.end(), r.begin(), 0.0));
   if (rn < 1e-6)
@@ -314,6 +316,16 @@ retry:
     k = fact_key(xs, dec, hidden, true);
     t.notes.push_back("the entity's templates do not fire together above ordinary text: keyed on the canonical prompt");
     goto retry;
+  }
+  if (!(score[0] > tau * 1.05) && ridge == kRidge) {  // less ridge: the sharper discriminant
+    ridge = kRidge / 10;
+    goto retry;
+  }
+  if (!(score[0] > tau * 1.05) && score[0] > 0) {
+    tau = 0.8 * score[0];  // COMPOSE's threshold: this fact's gate also fires on some ordinary text
+    s_mean = score[0];
+    t.notes.push_back("warning: \"" + st.entity + "\" does not stand out from ordinary text at layer " + std::to_string(layer) +
+                      "; its feature may fire on other text");
   }
   if (!(s_mean > tau * 1.05) || !(score[0] > tau * 1.05))
     throw Error(ErrorKind::InvalidArgument, "INSERT: \"" + st.entity + "\" does not stand out from ordinary text at layer " +
