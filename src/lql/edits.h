@@ -32,6 +32,18 @@ struct KnnFact {
   double confidence = 1.0;
 };
 
+/// MODE ROBUST's memo (exec_insert_robust.cc): FFN inputs of its fixed prompts on the base model
+/// (they depend only on the vindex's own weights) and each robust fact's key, so that an INSERT
+/// runs a fixed number of forward passes however many facts came before. Shared by copies of the
+/// EditState and kept across rebuilds; USE starts a new one with the new EditState.
+struct InsertMemo {
+  std::map<std::string, std::vector<float>> base_ffn_in;  ///< "LAYER|prompt" -> [hidden]
+  std::map<std::string, std::vector<float>> fact_keys;    ///< "LAYER|entity|relation" (lower case) -> [hidden]
+  std::map<std::string, double> scale;                    ///< "LAYER|relation" -> the last up-row scale balanced
+  std::map<int64_t, std::vector<std::vector<float>>> background;  ///< layer -> ordinary text's inputs, every position
+  std::map<std::pair<int64_t, double>, std::vector<double>> whitener;  ///< (layer, ridge) -> Cholesky factor of their second moment + ridge [hidden^2]
+};
+
 /// A patch in the stack: its name (the file it came from, or BEGIN PATCH's name) and its ops.
 struct NamedPatch {
   std::string name;
@@ -53,6 +65,8 @@ class EditState {
   /// Per layer, the down columns whose stored values changed (down_meta must be recomputed).
   std::map<int64_t, std::set<int64_t>> down_changed;
   std::vector<KnnFact> knn;
+  /// MODE ROBUST's memo (not part of the edits: rebuild keeps it).
+  std::shared_ptr<InsertMemo> memo = std::make_shared<InsertMemo>();
   /// down_meta records (top_k entries each) of features in down_changed, recomputed from the
   /// overlay's down columns on first use (detail::edited_down_record): what COMPILE writes and
   /// what the session's tables show. An op drops the records of the columns it changed.

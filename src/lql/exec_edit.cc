@@ -235,6 +235,20 @@ std::vector<float> down_range(Session& s, int64_t layer, int64_t feature) {
 
 }  // namespace
 
+// What exec_insert_robust.cc shares with COMPOSE (exec_internal.h).
+int64_t insert_default_layer(Session& s) { return default_layer(s); }
+std::vector<float> insert_ffn_in(Session& s, const std::string& prompt, int64_t layer) { return ffn_in(s, prompt, layer); }
+double insert_target_prob(Session& s, const std::string& prompt, int64_t target, bool* top1) {
+  return target_prob(s, prompt, target, top1);
+}
+int64_t insert_pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float>>& xs, const std::vector<float>& x0) {
+  return pick_slot(s, layer, xs, x0);
+}
+std::vector<float> insert_down_range(Session& s, int64_t layer, int64_t feature) { return down_range(s, layer, feature); }
+std::vector<std::string> insert_decoy_prompts() { return {std::begin(kDecoys), std::end(kDecoys)}; }
+std::vector<std::string> insert_decoy_entities() { return {std::begin(kEntities), std::end(kEntities)}; }
+std::string insert_expert_suffix(Session& s, int64_t layer, int64_t feature) { return expert_suffix(s, layer, feature); }
+
 void need_weights(Session& s, const std::string& what, Pos pos) {
   if (!s.runs_model())
     throw Error(ErrorKind::Unsupported, what + " at " + pos.str() + " needs a vindex with model weights; " + s.path() +
@@ -294,7 +308,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   if (st.alpha && !(*st.alpha > 0 && *st.alpha <= 100))
     throw Error(ErrorKind::InvalidArgument, "INSERT at " + st.alpha_pos.str() + ": ALPHA must be in (0, 100]");
   // Each option belongs to one mode: refused in the other rather than parsed and ignored.
-  if (mode == InsertMode::Compose && st.confidence)
+  if (mode != InsertMode::Knn && st.confidence)
     throw Error(ErrorKind::InvalidArgument,
                 "INSERT at " + st.confidence_pos.str() +
                     ": CONFIDENCE weighs a KNN fact against the model (MODE KNN); a COMPOSE fact is written into the "
@@ -328,6 +342,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
     t.rows.push_back({st.entity, st.relation, st.target, target, std::string("knn"), layer, Cell{}, Cell{}, int64_t{0}, ms});
     return t;
   }
+  if (mode == InsertMode::Robust) return exec_insert_robust(s, st, std::move(op), std::move(t), t0);
   // COMPOSE: one FFN feature whose gate fires on this prompt's FFN input and whose down column
   // writes the target's output direction (its lm_head row).
   const std::vector<float> x0 = ffn_in(s, prompt, layer);

@@ -2,6 +2,7 @@
 // ORDER BY, LIMIT and field lists share. Not part of the library's interface.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -145,6 +146,22 @@ inline constexpr size_t kMaxEditRows = 256;
 std::vector<std::pair<int64_t, int64_t>> select_slots(Session& s, const Cond& where, const std::string& what, Pos pos,
                                                       size_t cap = kMaxEditRows);
 Table exec_insert(Session& s, const InsertStmt& st, Pos pos);
+/// MODE ROBUST (exec_insert_robust.cc): `op` carries the fact (entity, relation, target,
+/// target_id, layer) checked by exec_insert; `t` its columns; `t0` when the statement started.
+Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, std::chrono::steady_clock::time_point t0);
+// COMPOSE's parts that MODE ROBUST reuses (exec_edit.cc; docs/lql.md "Knowledge edits").
+int64_t insert_default_layer(Session& s);
+/// The FFN input at `layer`, last position, of `prompt` under the session's (edited) model.
+std::vector<float> insert_ffn_in(Session& s, const std::string& prompt, int64_t layer);
+/// P(target) at the last position of `prompt` under the session's model; *top1: it is the argmax.
+double insert_target_prob(Session& s, const std::string& prompt, int64_t target, bool* top1);
+/// The least-used feature of `layer` over the FFN inputs `xs` that no edit has written.
+int64_t insert_pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float>>& xs, const std::vector<float>& x0);
+/// Per down row, the largest |value| the feature's down column can hold (docs/lql.md step 4).
+std::vector<float> insert_down_range(Session& s, int64_t layer, int64_t feature);
+std::vector<std::string> insert_decoy_prompts();
+std::vector<std::string> insert_decoy_entities();
+std::string insert_expert_suffix(Session& s, int64_t layer, int64_t feature);
 Table exec_update(Session& s, const UpdateStmt& st, Pos pos);
 Table exec_delete(Session& s, const DeleteStmt& st, Pos pos);
 Table exec_patch(Session& s, const PatchStmt& st, Pos pos);

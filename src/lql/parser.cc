@@ -21,7 +21,7 @@ const std::vector<std::string_view> kKeywords = {
     "PATCH",    "PATCHES",  "POSITIONS", "RAW",     "RELATION", "RELATIONS", "REMOVE", "SAVE",      "SELECT",
     "SET",      "SHOW",     "STATS",     "SYNTAX",  "TO",       "TOP",     "TRACE",     "UPDATE",    "USE",
     "VALUES",   "VERBOSE",  "VINDEX",    "WALK",    "WHERE",    "WITH",    "LAST",
-    "MODE",     "KNN",      "COMPOSE",   "VERIFY",  "ON",       "OFF"};
+    "MODE",     "KNN",      "COMPOSE",   "ROBUST",   "VERIFY",  "ON",       "OFF"};
 
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -594,7 +594,8 @@ class Parser {
         once(seen, "MODE", p);
         if (accept_word("KNN")) s.mode = InsertMode::Knn;
         else if (accept_word("COMPOSE")) s.mode = InsertMode::Compose;
-        else fail_expected("KNN or COMPOSE");
+        else if (accept_word("ROBUST")) s.mode = InsertMode::Robust;
+        else fail_expected("KNN, COMPOSE or ROBUST");
       } else {
         break;
       }

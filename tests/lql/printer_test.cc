@@ -46,6 +46,8 @@ TEST(PrinterTest, CanonicalTextPerStatement) {
        "INSERT INTO EDGES (entity, relation, target) VALUES (\"a\", \"b\", \"c\\n\") AT LAYER 3 ALPHA 2.0"},
       {"insert into edges (entity, relation, target) values ('a', 'b', 'c') mode knn confidence 0.5",
        "INSERT INTO EDGES (entity, relation, target) VALUES (\"a\", \"b\", \"c\") CONFIDENCE 0.5 MODE KNN"},
+      {"insert into edges (entity, relation, target) values ('a', 'b', 'c') mode robust alpha 2",
+       "INSERT INTO EDGES (entity, relation, target) VALUES (\"a\", \"b\", \"c\") ALPHA 2.0 MODE ROBUST"},
       {"infer 'p' verify off top 2", "INFER \"p\" TOP 2 VERIFY OFF"},
       {"infer 'p' verify on", "INFER \"p\" VERIFY ON"},
       {"infer 'p' compare top 3", "INFER \"p\" TOP 3 COMPARE"},

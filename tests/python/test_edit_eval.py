@@ -11,8 +11,8 @@ Every number edit-eval reports for those facts is recomputed here from other com
   (the base logits, which the logits edit-eval writes after REMOVE PATCH must equal bit for bit);
 - `larql run --temperature 0 --json` (the base's greedy continuations) and an n-gram entropy
   written here from ROME's definition.
-The issue's quality targets (paraphrase >= 85% ...) are not asserted: docs/BENCHMARKS.md
-"Knowledge edits (edit-eval)" records what the method measures today.
+The issue's quality targets (paraphrase >= 85% ...) are test_edit_targets.py's (MODE ROBUST, from
+INFER); docs/BENCHMARKS.md "Knowledge edits (edit-eval)" records what the methods measure today.
 """
 from __future__ import annotations
 
