@@ -190,14 +190,12 @@ LARQL_UNROLL
   }
 }
 
-template <>
-LARQL_HD void decode_unit<DType::Q4_K>(const uint8_t* row, int64_t, int64_t u, float* w) {
-  const uint8_t* sb = row + (u >> 3) * 144;
-  const int j = static_cast<int>(u & 7);
+/// Sub-block j's scale d1 = d * sc and min m1 = dmin * m of the Q4_K super-block at sb (GGML's
+/// get_scale_min_k4 over the 12 scale bytes, held as three words: no local array on the device).
+LARQL_HD void q4k_scale_min(const uint8_t* sb, int j, float& d1, float& m1) {
   const uint32_t head = load4(sb);
   const float d = half_to_float(static_cast<uint16_t>(head & 0xFFFF));
   const float dmin = half_to_float(static_cast<uint16_t>(head >> 16));
-  // GGML's get_scale_min_k4 over the 12 scale bytes, held as three words (no local array).
   const uint32_t sw[3] = {load4(sb + 4), load4(sb + 8), load4(sb + 12)};
   auto byte = [&sw](int i) -> uint8_t {
     const uint32_t w = i < 4 ? sw[0] : i < 8 ? sw[1] : sw[2];
@@ -211,7 +209,16 @@ LARQL_HD void decode_unit<DType::Q4_K>(const uint8_t* row, int64_t, int64_t u, f
     sc = static_cast<uint8_t>((byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4));
     m = static_cast<uint8_t>((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
   }
-  const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+  d1 = d * static_cast<float>(sc);
+  m1 = dmin * static_cast<float>(m);
+}
+
+template <>
+LARQL_HD void decode_unit<DType::Q4_K>(const uint8_t* row, int64_t, int64_t u, float* w) {
+  const uint8_t* sb = row + (u >> 3) * 144;
+  const int j = static_cast<int>(u & 7);
+  float d1, m1;
+  q4k_scale_min(sb, j, d1, m1);
   const uint8_t* q = sb + 16 + (j >> 1) * 32;
   const int shift = (j & 1) * 4;
 LARQL_UNROLL
@@ -329,23 +336,8 @@ template <>
 LARQL_HD void decode8<DType::Q4_K>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
   const uint8_t* sb = row + (u >> 3) * 144;
   const int j = static_cast<int>(u & 7);
-  const uint32_t head = load4(sb);
-  const float d = half_to_float(static_cast<uint16_t>(head & 0xFFFF));
-  const float dmin = half_to_float(static_cast<uint16_t>(head >> 16));
-  const uint32_t sw[3] = {load4(sb + 4), load4(sb + 8), load4(sb + 12)};
-  auto byte = [&sw](int i) -> uint8_t {
-    const uint32_t x = i < 4 ? sw[0] : i < 8 ? sw[1] : sw[2];
-    return static_cast<uint8_t>(x >> ((i & 3) * 8));
-  };
-  uint8_t sc, m;
-  if (j < 4) {
-    sc = byte(j) & 63;
-    m = byte(j + 4) & 63;
-  } else {
-    sc = static_cast<uint8_t>((byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4));
-    m = static_cast<uint8_t>((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
-  }
-  const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+  float d1, m1;
+  q4k_scale_min(sb, j, d1, m1);
   const Bytes8 q = load8(sb + 16 + (j >> 1) * 32 + p * 8);
   const int shift = (j & 1) * 4;
 LARQL_UNROLL
