@@ -14,9 +14,9 @@ docs/BENCHMARKS.md "Knowledge edits (edit-eval)" records the full runs (`make be
   neighbourhood (the base answer kept over all neighbourhood prompts) >= 95%, real-fact retention
   (the set's real prompts keep their answer, measured after 5 edits spread over the facts) >= 98%;
 - REMOVE PATCH restores the base: INFER's rows (token ids, logits, probabilities) equal the base's;
-- all 100 facts INSERTed into one patch and re-tested at the end: the 1,000-edit benchmark's targets
-  (efficacy >= 95%, paraphrase >= 75%, neighbourhood >= 93%) would have to hold at 100 already
-  (xfail: they do not, for ROBUST or COMPOSE).
+Accumulated edits (many facts in one patch, the 1,000-edit benchmark's targets) are measured by
+`make bench-edit-eval` / `make bench-edit-eval-1000` (edit-eval's sequential phase), not here: they
+take minutes, and do not meet the targets yet.
 """
 from __future__ import annotations
 
@@ -140,25 +140,3 @@ def test_single_edits_meet_issue_31s_targets(single):
     assert got["paraphrase"] >= 0.85, got
     assert got["neighbourhood"] >= 0.95, got
     assert got["real_retention"] >= 0.98, got
-
-
-@pytest.mark.xfail(reason="issue 31's sequential targets are not reached yet: docs/BENCHMARKS.md 'Knowledge edits (edit-eval)'",
-                   strict=False)
-def test_one_hundred_edits_in_one_patch(larql_bin, inference_vindex, subset, tmp_path):
-    facts, _ = subset
-    name = lql_str(str(tmp_path / "seq.vlp"))
-    lines = [f"BEGIN PATCH {name}"] + [insert(f) for f in facts] + [x for f in facts for x in probes(f)]
-    lines += [f"REMOVE PATCH {name}", f"INFER {lql_str(facts[0]['prompt'])} TOP 1"]
-    docs, secs = run_script(larql_bin, inference_vindex, tmp_path, lines)
-    it = iter(docs[1 + len(facts):])
-    eff, para, neigh = [], [], []
-    for f in facts:
-        e, p, n = score(f, [next(it) for _ in range(1 + len(f["paraphrases"]) + len(f["neighbourhood"]))])
-        eff.append(e), para.extend(p), neigh.extend(n)
-    next(it)
-    assert top1(next(it)) != facts[0]["target_id"]  # removed: the base answer again
-    got = {"efficacy": sum(eff) / len(eff), "paraphrase": sum(para) / len(para), "neighbourhood": sum(neigh) / len(neigh)}
-    print(f"\n[100 edits in one patch, {secs:.0f} s] {got}")
-    assert got["efficacy"] >= 0.95
-    assert got["paraphrase"] >= 0.75
-    assert got["neighbourhood"] >= 0.93
