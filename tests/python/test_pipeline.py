@@ -23,22 +23,8 @@ import pytest
 
 import peer
 from test_shard import PROMPT, Shard, _complete, _health, _http_server, remote
-
-
-@pytest.fixture(scope="module")
-def two(larql_bin, model_path):
-    shards = [Shard(larql_bin, model_path, "--layers", "0-8"), Shard(larql_bin, model_path, "--layers", "9-17")]
-    yield shards
-    for s in shards:
-        s.stop()
-
-
-@pytest.fixture(scope="module")
-def three(larql_bin, model_path):
-    shards = [Shard(larql_bin, model_path, "--layers", r) for r in ("0-5", "6-11", "12-17")]
-    yield shards
-    for s in shards:
-        s.stop()
+# The 2- and 3-shard layer splits (module fixtures: this module starts its own shards).
+from test_shard import three, two  # noqa: F401
 
 
 def run(model, *args, check=True, timeout=600):
