@@ -233,6 +233,49 @@ std::vector<float> down_range(Session& s, int64_t layer, int64_t feature) {
   return out;
 }
 
+// The down column of an inserted feature: the target's lm_head row (the direction that raises
+// its logit; the embedding row when the model ties them, as Gemma does — an untied model's
+// embedding row need not point there), as large as every row's stored block can hold. Its scale
+// c is the 30th percentile over rows of what each can hold / |dir|, so 30% of the rows are
+// clamped at their limit (the direction keeps its signs and most of its shape) and the rest keep
+// a useful number of quantisation steps; the up row carries the magnitude. [hidden] floats.
+std::vector<float> down_column(Session& s, int64_t layer, int64_t feature, int64_t target) {
+  auto model = s.model("INSERT");
+  const int64_t hidden = model->config().hidden;
+  const TensorView& emb = model->weights().lm_head;
+  std::vector<float> dir(static_cast<size_t>(hidden));
+  quant::dequantize_row(emb.type, emb.row(target), dir.data(), hidden);
+  const std::vector<float> range = down_range(s, layer, feature);
+  std::vector<double> ratios;
+  for (int64_t i = 0; i < hidden; ++i)
+    if (dir[static_cast<size_t>(i)] != 0.0f && range[static_cast<size_t>(i)] > 0)
+      ratios.push_back(range[static_cast<size_t>(i)] / std::fabs(dir[static_cast<size_t>(i)]));
+  double c = 1.0;
+  if (!ratios.empty()) {
+    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() * 3 / 10), ratios.end());
+    c = ratios[ratios.size() * 3 / 10];
+  }
+  std::vector<float> down(static_cast<size_t>(hidden));
+  for (int64_t i = 0; i < hidden; ++i) down[static_cast<size_t>(i)] = static_cast<float>(c * dir[static_cast<size_t>(i)]);
+  return down;
+}
+
+// The FFN-input coordinate steadiest over `xs` (relative spread below 5%, the same sign as and
+// not ~0 in `x0`), which a gate weight can use as a bias (Gemma's FFN has none); -1 if none.
+int64_t steady_coordinate(const std::vector<const std::vector<float>*>& xs, const std::vector<float>& x0) {
+  int64_t k = -1;
+  double best_cv = 0.05;
+  for (size_t i = 0; i < x0.size(); ++i) {
+    double mu = 0, var = 0;
+    for (const auto* d : xs) mu += (*d)[i];
+    mu /= static_cast<double>(xs.size());
+    for (const auto* d : xs) var += ((*d)[i] - mu) * ((*d)[i] - mu);
+    const double cv = std::sqrt(var / static_cast<double>(xs.size())) / std::max(1e-12, std::fabs(mu));
+    if (cv < best_cv && std::fabs(x0[i]) > 1e-3 && (x0[i] > 0) == (mu > 0)) best_cv = cv, k = static_cast<int64_t>(i);
+  }
+  return k;
+}
+
 }  // namespace
 
 // What exec_insert_robust.cc shares with COMPOSE (exec_internal.h).
@@ -244,7 +287,12 @@ double insert_target_prob(Session& s, const std::string& prompt, int64_t target,
 int64_t insert_pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float>>& xs, const std::vector<float>& x0) {
   return pick_slot(s, layer, xs, x0);
 }
-std::vector<float> insert_down_range(Session& s, int64_t layer, int64_t feature) { return down_range(s, layer, feature); }
+std::vector<float> insert_down_column(Session& s, int64_t layer, int64_t feature, int64_t target) {
+  return down_column(s, layer, feature, target);
+}
+int64_t insert_steady_coordinate(const std::vector<const std::vector<float>*>& xs, const std::vector<float>& x0) {
+  return steady_coordinate(xs, x0);
+}
 std::vector<std::string> insert_decoy_prompts() { return {std::begin(kDecoys), std::end(kDecoys)}; }
 std::vector<std::string> insert_decoy_entities() { return {std::begin(kEntities), std::end(kEntities)}; }
 std::string insert_expert_suffix(Session& s, int64_t layer, int64_t feature) { return expert_suffix(s, layer, feature); }
@@ -404,16 +452,9 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   // own s0 (a decoy's is 0); GELU keeps it near zero elsewhere. Without such a coordinate, the
   // decoys' mean direction m stands in (less steady: m . x varies more across prompts).
   constexpr double kTheta = 0.8;
-  int64_t k = -1;
-  double best_cv = 0.05;
-  for (int64_t i = 0; i < hidden; ++i) {
-    double mu = 0, var = 0;
-    for (const auto& d : decoys) mu += d[static_cast<size_t>(i)];
-    mu /= static_cast<double>(decoys.size());
-    for (const auto& d : decoys) var += (d[static_cast<size_t>(i)] - mu) * (d[static_cast<size_t>(i)] - mu);
-    const double cv = std::sqrt(var / static_cast<double>(decoys.size())) / std::max(1e-12, std::fabs(mu));
-    if (cv < best_cv && std::fabs(x0[static_cast<size_t>(i)]) > 1e-3 && (x0[static_cast<size_t>(i)] > 0) == (mu > 0)) best_cv = cv, k = i;
-  }
+  std::vector<const std::vector<float>*> decoy_ptrs;
+  for (const auto& d : decoys) decoy_ptrs.push_back(&d);
+  const int64_t k = steady_coordinate(decoy_ptrs, x0);
   std::vector<double> bias_dir(static_cast<size_t>(hidden), 0.0);  // b with b . x0 = 1
   if (k >= 0) {
     bias_dir[static_cast<size_t>(k)] = 1.0 / x0[static_cast<size_t>(k)];
@@ -431,28 +472,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   op.up.resize(static_cast<size_t>(hidden));
   for (int64_t i = 0; i < hidden; ++i)
     op.gate[static_cast<size_t>(i)] = static_cast<float>(G * (r[static_cast<size_t>(i)] - kTheta * s0 * bias_dir[static_cast<size_t>(i)]));
-  // Down: the target's lm_head row (the direction that raises its logit; the embedding row when
-  // the model ties them, as Gemma does — an untied model's embedding row need not point there),
-  // as large as every row's stored block can hold.
-  auto model = s.model("INSERT");
-  const TensorView& emb = model->weights().lm_head;
-  std::vector<float> dir(static_cast<size_t>(hidden));
-  quant::dequantize_row(emb.type, emb.row(target), dir.data(), hidden);
-  // The scale c of the column: the 30th percentile over rows of what each can hold / |dir|, so 30%
-  // of the rows are clamped at their limit (the direction keeps its signs and most of its shape)
-  // and the rest keep a useful number of quantisation steps. The up row carries the magnitude.
-  const std::vector<float> range = down_range(s, layer, op.feature);
-  std::vector<double> ratios;
-  for (int64_t i = 0; i < hidden; ++i)
-    if (dir[static_cast<size_t>(i)] != 0.0f && range[static_cast<size_t>(i)] > 0)
-      ratios.push_back(range[static_cast<size_t>(i)] / std::fabs(dir[static_cast<size_t>(i)]));
-  double c = 1.0;
-  if (!ratios.empty()) {
-    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() * 3 / 10), ratios.end());
-    c = ratios[ratios.size() * 3 / 10];
-  }
-  op.down.resize(static_cast<size_t>(hidden));
-  for (int64_t i = 0; i < hidden; ++i) op.down[static_cast<size_t>(i)] = static_cast<float>(c * dir[static_cast<size_t>(i)]);
+  op.down = down_column(s, layer, op.feature, target);
   // Balance: the up row's scale A (the feature's activation on the prompt is about pre x A) is
   // doubled until the target is top-1 with probability >= 0.5, then bisected down to the least
   // A that still does it (a smaller edit disturbs other prompts less), then doubled (kMargin):

@@ -284,16 +284,7 @@ retry:
   for (const auto& d : generic) all.push_back(&d);
   for (const auto& d : dec) all.push_back(&d);
   const std::vector<float>& x0 = xs[0];
-  int64_t kc = -1;
-  double best_cv = 0.05;
-  for (int64_t i = 0; i < hidden; ++i) {
-    double mu = 0, var = 0;
-    for (const auto* d : all) mu += (*d)[static_cast<size_t>(i)];
-    mu /= static_cast<double>(all.size());
-    for (const auto* d : all) var += ((*d)[static_cast<size_t>(i)] - mu) * ((*d)[static_cast<size_t>(i)] - mu);
-    const double cv = std::sqrt(var / static_cast<double>(all.size())) / std::max(1e-12, std::fabs(mu));
-    if (cv < best_cv && std::fabs(x0[static_cast<size_t>(i)]) > 1e-3 && (x0[static_cast<size_t>(i)] > 0) == (mu > 0)) best_cv = cv, kc = i;
-  }
+  const int64_t kc = insert_steady_coordinate(all, x0);
   if (kc < 0)
     throw Error(ErrorKind::Unsupported, "INSERT ... MODE ROBUST: no FFN-input coordinate of layer " + std::to_string(layer) +
                                             " is steady enough across prompts to act as the gate's bias (MODE COMPOSE has a fallback)");
@@ -354,22 +345,7 @@ retry:
     op.gate[static_cast<size_t>(i)] =
         static_cast<float>(G * (r[static_cast<size_t>(i)] - (i == kc ? tau / x0[static_cast<size_t>(kc)] : 0.0)));
   // The down column: COMPOSE's step 4.
-  auto model = s.model("INSERT");
-  const TensorView& emb = model->weights().lm_head;
-  std::vector<float> dir(static_cast<size_t>(hidden));
-  quant::dequantize_row(emb.type, emb.row(target), dir.data(), hidden);
-  const std::vector<float> range = insert_down_range(s, layer, op.feature);
-  std::vector<double> ratios;
-  for (int64_t i = 0; i < hidden; ++i)
-    if (dir[static_cast<size_t>(i)] != 0.0f && range[static_cast<size_t>(i)] > 0)
-      ratios.push_back(range[static_cast<size_t>(i)] / std::fabs(dir[static_cast<size_t>(i)]));
-  double c = 1.0;
-  if (!ratios.empty()) {
-    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() * 3 / 10), ratios.end());
-    c = ratios[ratios.size() * 3 / 10];
-  }
-  op.down.resize(static_cast<size_t>(hidden));
-  for (int64_t i = 0; i < hidden; ++i) op.down[static_cast<size_t>(i)] = static_cast<float>(c * dir[static_cast<size_t>(i)]);
+  op.down = insert_down_column(s, layer, op.feature, target);
   // 4. Balance on the canonical prompt and the weakest template.
   const EditState saved = ed;
   auto set_up = [&](double a) {

@@ -157,8 +157,12 @@ std::vector<float> insert_ffn_in(Session& s, const std::string& prompt, int64_t 
 double insert_target_prob(Session& s, const std::string& prompt, int64_t target, bool* top1);
 /// The least-used feature of `layer` over the FFN inputs `xs` that no edit has written.
 int64_t insert_pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float>>& xs, const std::vector<float>& x0);
-/// Per down row, the largest |value| the feature's down column can hold (docs/lql.md step 4).
-std::vector<float> insert_down_range(Session& s, int64_t layer, int64_t feature);
+/// COMPOSE's down column for `target` in that feature's slot (docs/lql.md step 4): the target's
+/// lm_head row scaled to what the stored blocks hold; [hidden] floats.
+std::vector<float> insert_down_column(Session& s, int64_t layer, int64_t feature, int64_t target);
+/// The index of the coordinate steadiest over `xs` that a gate can use as its bias (docs/lql.md
+/// COMPOSE step 2), or -1 when none varies less than 5%.
+int64_t insert_steady_coordinate(const std::vector<const std::vector<float>*>& xs, const std::vector<float>& x0);
 std::vector<std::string> insert_decoy_prompts();
 std::vector<std::string> insert_decoy_entities();
 std::string insert_expert_suffix(Session& s, int64_t layer, int64_t feature);
