@@ -287,24 +287,26 @@ LARQL_UNROLL
   }
 }
 
-template <>
-LARQL_HD void decode8<DType::F16>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
+// F16 and BF16: 8 consecutive 16-bit values, two per loaded word.
+template <bool kBf16>
+LARQL_HD void decode8_16bit(const uint8_t* row, int64_t u, int p, float* w) {
   const Bytes16 a = load16(row + (u * 32 + p * 8) * 2);
 LARQL_UNROLL
   for (int i = 0; i < 4; ++i) {
-    w[2 * i] = half_to_float(static_cast<uint16_t>(a.w[i] & 0xFFFF));
-    w[2 * i + 1] = half_to_float(static_cast<uint16_t>(a.w[i] >> 16));
+    const uint16_t lo = static_cast<uint16_t>(a.w[i] & 0xFFFF), hi = static_cast<uint16_t>(a.w[i] >> 16);
+    w[2 * i] = kBf16 ? bf16_to_float(lo) : half_to_float(lo);
+    w[2 * i + 1] = kBf16 ? bf16_to_float(hi) : half_to_float(hi);
   }
 }
 
 template <>
+LARQL_HD void decode8<DType::F16>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
+  decode8_16bit<false>(row, u, p, w);
+}
+
+template <>
 LARQL_HD void decode8<DType::BF16>(const uint8_t* row, int64_t, int64_t u, int p, float* w) {
-  const Bytes16 a = load16(row + (u * 32 + p * 8) * 2);
-LARQL_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    w[2 * i] = bf16_to_float(static_cast<uint16_t>(a.w[i] & 0xFFFF));
-    w[2 * i + 1] = bf16_to_float(static_cast<uint16_t>(a.w[i] >> 16));
-  }
+  decode8_16bit<true>(row, u, p, w);
 }
 
 template <>

@@ -53,9 +53,9 @@ def lql_str(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def insert(f):
+def insert(f, mode="COMPOSE"):
     return (f"INSERT INTO EDGES (entity, relation, target) VALUES ({lql_str(f['entity'])}, {lql_str(f['relation'])}, "
-            f"{lql_str(f['target'])}) MODE COMPOSE")
+            f"{lql_str(f['target'])}) MODE {mode}")
 
 
 def ngram_entropy(ids):

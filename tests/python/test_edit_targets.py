@@ -27,6 +27,7 @@ import time
 import pytest
 
 import peer
+from test_edit_eval import insert as insert_as, lql_str
 
 SUBSET = peer.REPO_ROOT / "data" / "edit_eval" / "subset100.jsonl"
 REAL_AT = (0, 25, 50, 75, 99)  # the single edits after which the real-fact prompts are re-run
@@ -34,13 +35,8 @@ REAL_AT = (0, 25, 50, 75, 99)  # the single edits after which the real-fact prom
 FLOOR = {"efficacy": 0.93, "paraphrase": 0.65, "neighbourhood": 0.80, "real_retention": 0.85}
 
 
-def lql_str(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def insert(f):
-    return (f"INSERT INTO EDGES (entity, relation, target) VALUES ({lql_str(f['entity'])}, {lql_str(f['relation'])}, "
-            f"{lql_str(f['target'])}) MODE ROBUST")
+    return insert_as(f, "ROBUST")
 
 
 def top1(doc):

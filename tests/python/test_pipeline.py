@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +21,7 @@ import numpy as np
 import pytest
 
 import peer
-from test_shard import PROMPT, Shard, _complete, _health, _http_server, remote
+from test_shard import PROMPT, Shard, _complete, _health, _http_server, eight_concurrent_equal_one_process, remote
 # The 2- and 3-shard layer splits (module fixtures: this module starts its own shards).
 from test_shard import three, two  # noqa: F401
 
@@ -72,29 +71,7 @@ def test_a_chat_continues_its_sequence_over_a_pipeline(larql_bin, model_path, tw
 
 
 def test_eight_concurrent_sequences_through_a_pipeline_server_answer_as_one_process(larql_bin, model_path, three):
-    prompts = [f"Item {i}: the colour of the sky is" if i % 2 else f"Question {i}: two plus two is" for i in range(8)]
-    local, lurl = _http_server(larql_bin, model_path)
-    try:
-        want = [_complete(lurl, p) for p in prompts]  # one at a time, one process
-    finally:
-        local.terminate()
-        local.wait(timeout=30)
-    srv, url = _http_server(larql_bin, model_path, "--pipeline", remote(*three), "--slots", "8")
-    try:
-        got = [None] * 8
-
-        def ask(i):
-            got[i] = _complete(url, prompts[i])
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
-    finally:
-        srv.terminate()
-        srv.wait(timeout=30)
-    assert got == want
+    eight_concurrent_equal_one_process(larql_bin, model_path, "--pipeline", remote(*three))
 
 
 def test_engines_that_keep_host_state_are_refused(model_path, two):

@@ -117,7 +117,9 @@ def _http_server(larql_bin, model_path, *flags, verb="serve"):
     return p, m.group(1)
 
 
-def test_a_server_batching_eight_sequences_over_shards_answers_as_one_process(larql_bin, model_path, two):
+def eight_concurrent_equal_one_process(larql_bin, model_path, *flags):
+    """Eight prompts sent at once to a server started with `flags` (--slots 8) answer what one
+    process answers them one at a time."""
     prompts = [f"Item {i}: the colour of the sky is" if i % 2 else f"Question {i}: two plus two is" for i in range(8)]
     local, lurl = _http_server(larql_bin, model_path)
     try:
@@ -125,7 +127,7 @@ def test_a_server_batching_eight_sequences_over_shards_answers_as_one_process(la
     finally:
         local.terminate()
         local.wait(timeout=30)
-    split, surl = _http_server(larql_bin, model_path, "--ffn", remote(*two), "--slots", "8")
+    split, surl = _http_server(larql_bin, model_path, *flags, "--slots", "8")
     try:
         got = [None] * 8
 
@@ -141,6 +143,10 @@ def test_a_server_batching_eight_sequences_over_shards_answers_as_one_process(la
         split.terminate()
         split.wait(timeout=30)
     assert got == want
+
+
+def test_a_server_batching_eight_sequences_over_shards_answers_as_one_process(larql_bin, model_path, two):
+    eight_concurrent_equal_one_process(larql_bin, model_path, "--ffn", remote(*two))
 
 
 def test_a_shard_killed_mid_generation_ends_the_run_with_an_error(larql_bin, model_path):
