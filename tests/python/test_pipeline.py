@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import peer
-from test_shard import PROMPT, Shard, _complete, _health, _http_server, eight_concurrent_equal_one_process, remote
+from test_shard import PROMPT, Shard, _complete, _health, _http_server, eight_concurrent_equal_one_process, kill_mid_generation, remote
 # The 2- and 3-shard layer splits (module fixtures: this module starts its own shards).
 from test_shard import three, two  # noqa: F401
 
@@ -103,16 +103,7 @@ def test_pipeline_shards_are_checked_at_connect(larql_bin, model_path, two):
 def test_a_shard_killed_mid_generation_ends_the_run_with_an_error(larql_bin, model_path):
     a, b = Shard(larql_bin, model_path, "--layers", "0-8"), Shard(larql_bin, model_path, "--layers", "9-17")
     try:
-        p = subprocess.Popen([str(larql_bin), "run", str(model_path), "Count from one to a thousand: one, two,", "-n", "4000",
-                              "--ignore-eos", "-t", "1", "--pipeline", remote(a, b), "--shard-timeout-ms", "5000"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        p.stdout.read(40)  # generation is under way
-        b.proc.kill()
-        t0 = time.monotonic()
-        _, err = p.communicate(timeout=30)
-        assert p.returncode != 0
-        assert time.monotonic() - t0 < 10
-        assert b.address in err and "layers 9-17" in err, err
+        kill_mid_generation(larql_bin, model_path, a, b, "--pipeline")
     finally:
         a.stop()
         b.stop()

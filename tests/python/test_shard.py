@@ -145,6 +145,21 @@ def eight_concurrent_equal_one_process(larql_bin, model_path, *flags):
     assert got == want
 
 
+def kill_mid_generation(larql_bin, model_path, a, b, flag):
+    """A long `larql run` over shards a, b (`flag`: --ffn or --pipeline); b is killed once tokens
+    flow: the run must fail within 10 s, naming b's address and layers."""
+    p = subprocess.Popen([str(larql_bin), "run", str(model_path), "Count from one to a thousand: one, two,", "-n", "4000",
+                          "--ignore-eos", "-t", "1", flag, remote(a, b), "--shard-timeout-ms", "5000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.read(40)  # generation is under way
+    b.proc.kill()
+    t0 = time.monotonic()
+    _, err = p.communicate(timeout=30)
+    assert p.returncode != 0
+    assert time.monotonic() - t0 < 10
+    assert b.address in err and "layers 9-17" in err, err
+
+
 def test_a_server_batching_eight_sequences_over_shards_answers_as_one_process(larql_bin, model_path, two):
     eight_concurrent_equal_one_process(larql_bin, model_path, "--ffn", remote(*two))
 
@@ -152,16 +167,7 @@ def test_a_server_batching_eight_sequences_over_shards_answers_as_one_process(la
 def test_a_shard_killed_mid_generation_ends_the_run_with_an_error(larql_bin, model_path):
     a, b = Shard(larql_bin, model_path, "--layers", "0-8"), Shard(larql_bin, model_path, "--layers", "9-17")
     try:
-        p = subprocess.Popen([str(larql_bin), "run", str(model_path), "Count from one to a thousand: one, two,", "-n", "4000",
-                              "--ignore-eos", "-t", "1", "--ffn", remote(a, b), "--shard-timeout-ms", "5000"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        p.stdout.read(40)  # generation is under way
-        b.proc.kill()
-        t0 = time.monotonic()
-        _, err = p.communicate(timeout=30)
-        assert p.returncode != 0
-        assert time.monotonic() - t0 < 10
-        assert b.address in err and "layers 9-17" in err, err
+        kill_mid_generation(larql_bin, model_path, a, b, "--ffn")
         # The same port back with another model file: the client refuses it by fingerprint.
         other = peer.REPO_ROOT / "tests/model/data/families/llama3/llama3-f32.gguf"
         b2 = Shard(larql_bin, other, port=b.port)
