@@ -5,7 +5,7 @@
 # not configured yet, builds the targets, seeds the git-ignored fuzz/corpus-work/ (the committed
 # GGUF seeds; one valid state file per engine, written by state_fuzz itself; one seed per statement
 # of docs/lql.md's ```lql blocks), and runs each for
-# SECONDS. Exits non-zero on a crash, leak, timeout or out-of-memory; the reproducer is saved
+# SECONDS, JOBS (default nproc) targets at a time. Exits non-zero on a crash, leak, timeout or out-of-memory; the reproducer is saved
 # under fuzz/corpus-work/artifacts/.
 set -euo pipefail
 
@@ -71,11 +71,30 @@ run_target() {
   echo "fuzz: OK $name — ${runs} runs in ${SECONDS_TO_RUN}s, no crashes ($(ls "$corpus" | wc -l) corpus files)"
 }
 
-run_target gguf_fuzz "$WORK/gguf" 65536
-run_target safetensors_fuzz "$WORK/safetensors" 16384
-run_target vindex_fuzz "$WORK/vindex" 16384
-run_target state_fuzz "$WORK/state" 262144
-run_target lql_fuzz "$WORK/lql" 4096 1
-run_target serve_fuzz "$WORK/serve" 16384 10 -detect_leaks=0  # see fuzz/serve_fuzz.cc
-run_target model_fuzz "$WORK/model" 200000
-run_target shard_fuzz "$WORK/shard" 8192
+# The targets run JOBS at a time (each is one process on one core); a batch's summaries print in
+# order once the batch ends, and any finding fails the run after its batch.
+pids=() names=()
+drain() {
+  local i failed=0
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || failed=1
+    cat "$WORK/${names[$i]}.summary"
+  done
+  pids=() names=()
+  if ((failed)); then exit 1; fi
+}
+launch() {
+  run_target "$@" >"$WORK/$1.summary" 2>&1 &
+  pids+=($!) names+=("$1")
+  if ((${#pids[@]} >= JOBS)); then drain; fi
+}
+
+launch gguf_fuzz "$WORK/gguf" 65536
+launch safetensors_fuzz "$WORK/safetensors" 16384
+launch vindex_fuzz "$WORK/vindex" 16384
+launch state_fuzz "$WORK/state" 262144
+launch lql_fuzz "$WORK/lql" 4096 1
+launch serve_fuzz "$WORK/serve" 16384 10 -detect_leaks=0  # see fuzz/serve_fuzz.cc
+launch model_fuzz "$WORK/model" 200000
+launch shard_fuzz "$WORK/shard" 8192
+drain

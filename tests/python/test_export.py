@@ -30,6 +30,8 @@ from crash_harness import kill9_trials
 
 gguf = pytest.importorskip("gguf")
 
+from gguf_table import dequantize_tensor, read_gguf, read_tensor_table  # noqa: E402
+
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of",
            "<start_of_turn>user\nName three colours.<end_of_turn>\n<start_of_turn>model\n"]
 # llama.cpp on the f32 export (the dequantised original, f32 K/V cache) against the float64 numpy
@@ -70,18 +72,18 @@ def original_logits(llama_cpp_mod, model_path):
     return llama_logits(llama_cpp_mod, model_path)
 
 
-def tensors_by_name(path):
-    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
-
-
 def assert_same_tensors(exported, original):
-    a, b = tensors_by_name(exported), tensors_by_name(original)
+    """Same tensor names, types, shapes and bytes, read with gguf_table (gguf.GGUFReader takes ~40 s
+    per file building the vocabulary fields these checks do not need)."""
+    (ma, a), (mb, b) = read_tensor_table(exported), read_tensor_table(original)
     assert sorted(a) == sorted(b)
-    for name, t in b.items():
-        e = a[name]
-        assert e.tensor_type == t.tensor_type, name
-        assert list(e.shape) == list(t.shape), name
-        assert bytes(e.data.tobytes()) == bytes(t.data.tobytes()), name
+    for name, (ttype, dims, offset) in b.items():
+        etype, edims, eoffset = a[name]
+        assert etype == ttype, name
+        assert list(edims) == list(dims), name
+        block, type_size = gguf.GGML_QUANT_SIZES[ttype]
+        n = int(np.prod(dims)) // block * type_size
+        assert bytes(ma[eoffset:eoffset + n]) == bytes(mb[offset:offset + n]), name
 
 
 def test_gguf_export_is_the_original_byte_for_byte(larql_bin, model_path, tmp_path, llama_cpp_mod, original_logits):
@@ -112,8 +114,9 @@ def test_vindex_export_loads_in_llama_cpp_with_identical_logits(larql_bin, model
     assert info["metadata_copied"] is False
     assert_same_tensors(out, model_path)
     # The architecture keys llama.cpp reads for gemma3 carry the original's values.
-    orig = gguf.GGUFReader(str(model_path)).fields
-    new = gguf.GGUFReader(str(out)).fields
+    vocab = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+    orig = read_gguf(model_path, arrays=vocab)[1]
+    new = read_gguf(out, arrays=vocab)[1]
     for key in ["gemma3.context_length", "gemma3.embedding_length", "gemma3.block_count", "gemma3.feed_forward_length",
                 "gemma3.attention.head_count", "gemma3.attention.head_count_kv", "gemma3.attention.key_length",
                 "gemma3.attention.value_length", "gemma3.attention.layer_norm_rms_epsilon", "gemma3.rope.freq_base",
@@ -121,9 +124,9 @@ def test_vindex_export_loads_in_llama_cpp_with_identical_logits(larql_bin, model
                 "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
                 "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_space_prefix"]:
         assert key in new, key
-        assert new[key].contents() == orig[key].contents(), key
-    for key in ["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"]:
-        assert new[key].contents() == orig[key].contents(), key
+        assert new[key] == orig[key], key
+    for key in vocab:
+        assert np.array_equal(np.asarray(new[key]), np.asarray(orig[key])), key
     got = llama_logits(llama_cpp_mod, out)
     for p, (ids, logits) in original_logits.items():
         assert got[p][0] == ids, p
@@ -138,14 +141,16 @@ def f32_export(larql_bin, f32_vindex, tmp_path_factory):
 
 
 def test_f32_vindex_export_holds_the_dequantised_original(f32_export, model_path):
-    exported = tensors_by_name(f32_export[0])
-    orig = tensors_by_name(model_path)
+    me, exported = read_tensor_table(f32_export[0])
+    mo, orig = read_tensor_table(model_path)
     assert sorted(exported) == sorted(orig)
-    for name, t in orig.items():
-        e = exported[name]
-        assert e.tensor_type == gguf.GGMLQuantizationType.F32, name
-        want = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(-1)
-        np.testing.assert_array_equal(np.asarray(e.data, dtype=np.float32).reshape(-1), want, err_msg=name)
+    for name, (ttype, dims, _) in orig.items():
+        etype, edims, eoffset = exported[name]
+        assert etype == gguf.GGMLQuantizationType.F32, name
+        assert list(edims) == list(dims), name
+        want = dequantize_tensor(mo, orig, name).reshape(-1)
+        got = np.frombuffer(me, dtype=np.float32, count=want.size, offset=eoffset)
+        np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def test_f32_vindex_export_runs_in_llama_cpp_like_the_exact_forward(f32_export, hf_dir, llama_cpp_mod, original_logits):
@@ -171,11 +176,7 @@ def test_f32_vindex_export_runs_in_llama_cpp_like_the_exact_forward(f32_export, 
 def test_hf_export_loads_and_equals_the_f32_vindex_export(larql_bin, hf_dir, f32_export, tmp_path, llama_cpp_mod):
     out = tmp_path / "from-hf.gguf"
     export(larql_bin, hf_dir, out)
-    a, b = tensors_by_name(out), tensors_by_name(f32_export[0])
-    assert sorted(a) == sorted(b)
-    for name in a:  # the same f32 values (norms: 1 + w, computed in f32 by both)
-        assert a[name].tensor_type == b[name].tensor_type, name
-        assert bytes(a[name].data.tobytes()) == bytes(b[name].data.tobytes()), name
+    assert_same_tensors(out, f32_export[0])  # the same f32 values (norms: 1 + w, computed in f32 by both)
     llm = peer.load_llama(n_ctx=64, logits_all=True, model=out)
     ids = peer.llama_tokenize(llm, PROMPTS[0])
     assert np.all(np.isfinite(peer.llama_logits(llm, ids)[-1]))
@@ -199,7 +200,7 @@ def test_kill9_during_export_leaves_no_loadable_output(larql_bin, model_path, in
         assert list(tmp_path.glob(".k.gguf.tmp-*")), "no temporary seen"
     export(larql_bin, inference_vindex, target, "--force")
     assert not list(tmp_path.glob(".k.gguf.tmp-*"))
-    assert tensors_by_name(target)
+    assert read_tensor_table(target)[1]
 
 
 def test_hostile_outputs_and_inputs(larql_bin, model_path, inference_vindex, tmp_path):

@@ -810,8 +810,10 @@ def test_lql_allow_files_and_api_key(larql_bin, inference_vindex, tmp_path):
 def test_engines_route_lists_the_registry_and_measures_a_spec(server, larql_bin, model_path):
     """GET /v1/engines: the registry as `larql engines --json` lists it; ?spec= measures the
     engine's state on the loaded model. Standard's expected bytes per token come from the model's
-    shape in the GGUF (the `gguf` package): layers x 2 (K and V) x kv_heads x head_dim x 4 B."""
-    gguf = pytest.importorskip("gguf")
+    shape in the GGUF (read by tests/python/gguf_table.py, not larql): layers x 2 (K and V) x kv_heads x
+    head_dim x 4 B."""
+    pytest.importorskip("gguf")
+    from gguf_table import read_gguf
 
     def get(q: str):
         try:
@@ -825,8 +827,8 @@ def test_engines_route_lists_the_registry_and_measures_a_spec(server, larql_bin,
                                     check=True, timeout=60).stdout)
     cli_names = [e["name"] for e in (cli["engines"] if isinstance(cli, dict) else cli)]
     assert status == 200 and [e["id"] for e in listing["data"]] == cli_names
-    r = gguf.GGUFReader(str(model_path))
-    field = lambda k: int(r.fields[k].parts[-1][0])  # noqa: E731
+    meta = read_gguf(model_path)[1]
+    field = lambda k: int(meta[k])  # noqa: E731
     layers, kv_heads = field("gemma3.block_count"), field("gemma3.attention.head_count_kv")
     head_dim = field("gemma3.attention.key_length")
     status, std = get("?spec=standard&tokens=128")
