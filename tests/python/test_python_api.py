@@ -293,6 +293,9 @@ STOP_PRELUDE = r'''
 import faulthandler, signal, sys, threading, time
 import larql
 faulthandler.enable()
+# Python's Ctrl-C handler, even where SIGINT came in ignored (a job started with `&` by a shell
+# without job control): the user at a terminal has it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 model_path = sys.argv[1]
 def sigint_after(seconds):
     main = threading.main_thread().ident
