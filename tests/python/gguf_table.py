@@ -89,6 +89,13 @@ def read_tensor_table(path: Path):
     return mm, table
 
 
+def tensor_bytes(mm, table, name: str) -> bytes:
+    """One tensor's raw bytes as stored (its blocks, ggml/docs/gguf.md)."""
+    ttype, dims, offset = table[name]
+    block, type_size = gguf.GGML_QUANT_SIZES[ttype]
+    return bytes(mm[offset:offset + int(np.prod(dims)) // block * type_size])
+
+
 def reference_dequant(mm, ttype, dims, offset, rows_per_chunk=8192):
     """Yields (first element index, f32 values) over row chunks of one tensor, dequantised by
     gguf.quants.dequantize (numpy is ~2x faster on cache-sized pieces)."""

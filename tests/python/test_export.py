@@ -30,7 +30,7 @@ from crash_harness import kill9_trials
 
 gguf = pytest.importorskip("gguf")
 
-from gguf_table import dequantize_tensor, read_gguf, read_tensor_table  # noqa: E402
+from gguf_table import dequantize_tensor, read_gguf, read_tensor_table, tensor_bytes  # noqa: E402
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of",
            "<start_of_turn>user\nName three colours.<end_of_turn>\n<start_of_turn>model\n"]
@@ -77,13 +77,11 @@ def assert_same_tensors(exported, original):
     per file building the vocabulary fields these checks do not need)."""
     (ma, a), (mb, b) = read_tensor_table(exported), read_tensor_table(original)
     assert sorted(a) == sorted(b)
-    for name, (ttype, dims, offset) in b.items():
-        etype, edims, eoffset = a[name]
+    for name, (ttype, dims, _) in b.items():
+        etype, edims, _ = a[name]
         assert etype == ttype, name
         assert list(edims) == list(dims), name
-        block, type_size = gguf.GGML_QUANT_SIZES[ttype]
-        n = int(np.prod(dims)) // block * type_size
-        assert bytes(ma[eoffset:eoffset + n]) == bytes(mb[offset:offset + n]), name
+        assert tensor_bytes(ma, a, name) == tensor_bytes(mb, b, name), name
 
 
 def test_gguf_export_is_the_original_byte_for_byte(larql_bin, model_path, tmp_path, llama_cpp_mod, original_logits):

@@ -157,18 +157,12 @@ def test_compiled_gguf_answers_the_edits_in_llama_cpp(compose_run, larql_bin, in
     assert "(" not in docs[1]["title"], docs[1]["title"]  # no stray statement position
     # The GGUF holds the compiled vindex's bytes: every tensor equal (tests/python/gguf_table.py reads
     # it, not larql; gguf.GGUFReader would spend ~40 s on the vocabulary).
-    import gguf as gguf_pkg
     import numpy as np
-    from gguf_table import read_tensor_table
+    from gguf_table import read_tensor_table, tensor_bytes
     by_key = {e["key"]: e for e in json.loads((r["out"] / "weight_manifest.json").read_text())}
     mm, table = read_tensor_table(gguf)
-
-    def raw(name):
-        ttype, dims, offset = table[name]
-        block, type_size = gguf_pkg.GGML_QUANT_SIZES[ttype]
-        return bytes(mm[offset:offset + int(np.prod(dims)) // block * type_size])
     differ = [name for name in table
-              if raw(name) != np.fromfile(r["out"] / by_key[name]["file"], dtype=np.uint8, count=by_key[name]["length"],
+              if tensor_bytes(mm, table, name) != np.fromfile(r["out"] / by_key[name]["file"], dtype=np.uint8, count=by_key[name]["length"],
                                           offset=by_key[name]["offset"]).tobytes()]
     assert differ == [] and len(table) == len(by_key), differ[:5]
     del mm
