@@ -10,9 +10,10 @@
 //    the decoy entities' template inputs, and the keys of the (at most 32) earlier robust facts
 //    most like this one (memoised keys: no forward pass for them). Decoys score 0 on r.
 // 3. The gate fires where r.x exceeds a threshold tau, half the fact's weakest template score,
-//    through the near-constant coordinate COMPOSE uses as a bias; the up row is r / s (s = the
-//    templates' mean score); the down column is COMPOSE's (the target's lm_head row as large as
-//    the stored blocks hold); the slot COMPOSE's least-used free feature.
+//    through a bias direction b (b . x ~ 1 on any prompt: ordinary text's minimum-variance
+//    functional); the up row is r / s (s = the templates' mean score); the down column is
+//    COMPOSE's (the target's lm_head row as large as the stored blocks hold); the slot COMPOSE's
+//    least-used free feature.
 // 4. Balance the up row's scale on the canonical prompt and the weakest template: doubled from
 //    the relation's last scale / 4 until the target is top-1 on both with P >= 0.5 on the
 //    canonical prompt, bisected 3 times, then doubled (COMPOSE's margin). ALPHA multiplies it.
@@ -284,15 +285,26 @@ retry:
     s_mean += score[i] / static_cast<double>(xs.size());
     if (score[i] < s_min) s_min = score[i], weakest = i;
   }
-  // 3. The bias coordinate: the FFN input coordinate steadiest over the decoys (COMPOSE's).
-  std::vector<const std::vector<float>*> all;
-  for (const auto& d : generic) all.push_back(&d);
-  for (const auto& d : dec) all.push_back(&d);
+  // 3. The gate's bias (Gemma's FFN has none): a direction b with b . x ~ 1 on every prompt, so that
+  //    G (r - tau b) . x = G (r . x - tau). b is the minimum-variance linear functional with mean 1
+  //    over ordinary text: b ~ C^-1 mu (mu the background inputs' mean, C their second moment plus
+  //    the ridge; C^-1 mu ~ Sigma^-1 mu by Sherman-Morrison), scaled to 1 on the canonical prompt.
+  //    It varies 3-4% over the decoy prompts at layers 13-16, where COMPOSE's steadiest single
+  //    coordinate varies 2-20% (and 12-20% everywhere but layer 13): docs/BENCHMARKS.md.
   const std::vector<float>& x0 = xs[0];
-  const int64_t kc = insert_steady_coordinate(all, x0);
-  if (kc < 0)
-    throw Error(ErrorKind::Unsupported, "INSERT ... MODE ROBUST: no FFN-input coordinate of layer " + std::to_string(layer) +
-                                            " is steady enough across prompts to act as the gate's bias (MODE COMPOSE has a fallback)");
+  std::vector<double> bias_dir(static_cast<size_t>(hidden), 0.0);
+  {
+    const auto& bg = background(s, layer);
+    for (const auto& x : bg)
+      for (int64_t i = 0; i < hidden; ++i)
+        bias_dir[static_cast<size_t>(i)] += x[static_cast<size_t>(i)] / static_cast<double>(bg.size());
+    bias_dir = whiten(s, layer, bias_dir);
+    const double b_x0 = dotd(bias_dir, x0);
+    if (!(b_x0 > 0))
+      throw Error(ErrorKind::Unsupported, "INSERT ... MODE ROBUST: the canonical prompt's FFN input at layer " + std::to_string(layer) +
+                                              " is opposite to ordinary text's mean, so the gate has no bias to use (MODE COMPOSE has a fallback)");
+    for (double& v : bias_dir) v /= b_x0;
+  }
   // The threshold: above the background text's highest score (every position), and above half
   // the weakest template's; templates below it (or close) are not balanced on.
   double bg_max = -INFINITY;
@@ -348,7 +360,7 @@ retry:
   op.up.resize(static_cast<size_t>(hidden));
   for (int64_t i = 0; i < hidden; ++i)
     op.gate[static_cast<size_t>(i)] =
-        static_cast<float>(G * (r[static_cast<size_t>(i)] - (i == kc ? tau / x0[static_cast<size_t>(kc)] : 0.0)));
+        static_cast<float>(G * (r[static_cast<size_t>(i)] - tau * bias_dir[static_cast<size_t>(i)]));
   // The down column: COMPOSE's step 4.
   op.down = insert_down_column(s, layer, op.feature, target);
   // 4. Balance on the canonical prompt and the weakest template.
