@@ -359,8 +359,9 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   if (mode != InsertMode::Knn && st.confidence)
     throw Error(ErrorKind::InvalidArgument,
                 "INSERT at " + st.confidence_pos.str() +
-                    ": CONFIDENCE weighs a KNN fact against the model (MODE KNN); a COMPOSE fact is written into the "
-                    "weights, its strength is ALPHA");
+                    ": CONFIDENCE weighs a KNN fact against the model (MODE KNN); a " +
+                    std::string(mode == InsertMode::Robust ? "ROBUST" : "COMPOSE") +
+                    " fact is written into the weights, its strength is ALPHA");
   if (mode == InsertMode::Knn && st.alpha)
     throw Error(ErrorKind::InvalidArgument,
                 "INSERT at " + st.alpha_pos.str() +

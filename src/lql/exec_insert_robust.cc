@@ -395,7 +395,8 @@ retry:
   auto set_up = [&](double a) {
     for (int64_t i = 0; i < hidden; ++i) op.up[static_cast<size_t>(i)] = static_cast<float>(a * up_dir[static_cast<size_t>(i)] / up_at);
   };
-  double p_canon = 0;
+  double p_canon = 0, p_best = 0;
+  double first_top1 = -1;  // the smallest scale probed at which the target is the canonical prompt's top-1
   auto probe = [&](double a) {
     set_up(a);
     EditState trial = saved;
@@ -403,6 +404,8 @@ retry:
     s.set_weights(trial.overlay, trial.gate_rows);
     bool top1 = false;
     p_canon = insert_target_prob(s, prompt, target, &top1);
+    p_best = std::max(p_best, p_canon);
+    if (top1 && (first_top1 < 0 || a < first_top1)) first_top1 = a;
     if (!top1 || p_canon < 0.5) return false;
     if (weakest == 0) return true;
     insert_target_prob(s, prompts[weakest], target, &top1);
@@ -434,10 +437,22 @@ retry:
     s.set_weights(ed.overlay, ed.gate_rows);
     throw;
   }
+  // Unbalanced: the feature at the smallest scale that made the target top-1 (with the margin),
+  // not at the largest tried, which writes the most into every other prompt; where no scale
+  // did, nothing is installed (at layer 0, say, such a feature only broke the model).
   const bool balanced = hi > 0;
-  const double least = balanced ? hi : lo;
+  if (!balanced && first_top1 < 0) {
+    ed = saved;
+    s.set_weights(ed.overlay, ed.gate_rows);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3g", p_best);
+    throw Error(ErrorKind::InvalidArgument, "INSERT ... MODE ROBUST: \"" + st.target + "\" did not become the top prediction of \"" +
+                                                prompt + "\" at any scale of the feature at layer " + std::to_string(layer) +
+                                                " (best probability " + buf + "); nothing was installed: try another layer (AT LAYER)");
+  }
+  const double least = balanced ? hi : first_top1;
   if (balanced) ed.memo->scale[scale_key] = least;
-  set_up((balanced ? least * kMargin : least) * st.alpha.value_or(1.0));
+  set_up(least * kMargin * st.alpha.value_or(1.0));
   ed = saved;
   {
     std::vector<float> kf(k.begin(), k.end());
@@ -449,7 +464,9 @@ retry:
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   t.title = "Inserted: " + st.entity + " -[" + st.relation + "]-> " + st.target + " at L" + std::to_string(layer) + ", feature " +
             std::to_string(op.feature) + insert_expert_suffix(s, layer, op.feature) + " (robust)";
-  if (!balanced) t.notes.push_back("the target is not the top prediction of \"" + prompt + "\" and \"" + prompts[weakest] + "\" after balancing");
+  if (!balanced)
+    t.notes.push_back("the target is not the top prediction of \"" + prompt + "\"" +
+                      (weakest == 0 ? std::string() : " and \"" + prompts[weakest] + "\"") + " after balancing");
   t.rows.push_back({st.entity, st.relation, st.target, target, std::string("robust"), layer, op.feature, p,
                     static_cast<int64_t>(probes), ms});
   add_expert_column(s, t);

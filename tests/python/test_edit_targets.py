@@ -31,8 +31,8 @@ from test_edit_eval import insert as insert_as, lql_str
 
 SUBSET = peer.REPO_ROOT / "data" / "edit_eval" / "subset100.jsonl"
 REAL_AT = (0, 25, 50, 75, 99)  # the single edits after which the real-fact prompts are re-run
-# MODE ROBUST measured 100% / 76.3% / 92.0% / 98.2% on this subset (edit-eval, docs/BENCHMARKS.md
-# "The up row reads the relation"; 100 / 76.7 / 90.0 / 94.7% before it), and here 100 / 76.3 / 92.0
+# MODE ROBUST measured 100% / 76.0% / 92.2% / 98.2% on this subset (edit-eval, docs/BENCHMARKS.md
+# "The up row reads the relation"; 100 / 76.7 / 90.0 / 94.7% before it), and here 100 / 76.0 / 92.2
 # / 95.3% (real-fact retention after other edits than edit-eval's five).
 FLOOR = {"efficacy": 0.97, "paraphrase": 0.72, "neighbourhood": 0.89, "real_retention": 0.92}
 
@@ -138,3 +138,19 @@ def test_single_edits_meet_issue_31s_targets(single):
     assert got["paraphrase"] >= 0.85, got
     assert got["neighbourhood"] >= 0.95, got
     assert got["real_retention"] >= 0.98, got
+
+
+def test_a_fact_that_no_scale_makes_top1_is_refused_and_changes_nothing(larql_bin, inference_vindex, tmp_path):
+    """At layer 0 the invented fact never becomes the top prediction (P ~ 1e-6 at every scale): the
+    INSERT is an error and the model is the base's, where it once kept the feature at the largest
+    scale tried and every prompt answered "\\n\\n"."""
+    script = tmp_path / "s.lql"
+    probe = 'INFER "The capital of France is" TOP 5'
+    script.write_text(";\n".join([probe, 'INSERT INTO EDGES (entity, relation, target) VALUES ("Velmora", "capital", "Zenda") '
+                                          'MODE ROBUST AT LAYER 0', probe]) + ";\n")
+    r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "--json", "--keep-going", "-t", str(peer.THREADS), "-f", str(script)],
+                       capture_output=True, text=True, timeout=600)
+    docs = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    assert r.returncode != 0 and len(docs) == 3, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert "error" in docs[1] and "nothing was installed" in docs[1]["error"], docs[1]
+    assert docs[2]["rows"] == docs[0]["rows"]
