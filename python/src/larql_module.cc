@@ -587,7 +587,7 @@ NB_MODULE(_larql, m) {
              if (std::set<int64_t>(layers.begin(), layers.end()).size() != layers.size()) invalid("layers: a layer is listed twice");
              auto cap = std::make_unique<Capture>();
              cap->ids = s.ids_of(tokens, add_bos, "tokens");
-             m->check_ids(cap->ids);  // before allocating [n, vocab] and the captures
+             m->check_ids(cap->ids, "trace");  // before allocating [n, vocab] and the captures
              cap->layers = layers;
              cap->positions = static_cast<int64_t>(cap->ids.size());
              cap->hidden = c.hidden;

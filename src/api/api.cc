@@ -186,12 +186,12 @@ void LoadedModel::pipeline_logit_rows(const std::vector<int32_t>& ids,
   }
 }
 
-void LoadedModel::check_ids(const std::vector<int32_t>& ids) const {
+void LoadedModel::check_ids(const std::vector<int32_t>& ids, const std::string& what) const {
   const ModelConfig& c = model_->config();
   const int64_t n = static_cast<int64_t>(ids.size());
-  if (n == 0) throw Error(ErrorKind::EmptyPrompt, "logits: no token ids");
+  if (n == 0) throw Error(ErrorKind::EmptyPrompt, what + ": no token ids");
   if (n > c.context_length)
-    throw Error(ErrorKind::ContextOverflow, "logits: " + std::to_string(n) + " tokens exceed the model's context of " +
+    throw Error(ErrorKind::ContextOverflow, what + ": " + std::to_string(n) + " tokens exceed the model's context of " +
                                                 std::to_string(c.context_length));
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= c.vocab)

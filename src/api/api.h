@@ -113,8 +113,9 @@ class LoadedModel {
   void logit_rows(const std::vector<int32_t>& ids,
                   const std::function<void(int64_t row0, int64_t rows, const float* logits)>& on_rows,
                   LayerObserver* observer = nullptr, const std::atomic<bool>* cancel = nullptr) const;
-  /// The checks logits() makes before it runs (its errors), for a caller that allocates `out`.
-  void check_ids(const std::vector<int32_t>& ids) const;
+  /// The checks logits() makes before it runs (its errors), for a caller that allocates `out`;
+  /// `what` names the call in the messages ("logits", "trace").
+  void check_ids(const std::vector<int32_t>& ids, const std::string& what = "logits") const;
 
   /// Mean negative log-likelihood (nats) of ids[1..] given the ones before them, from logits().
   /// Error{InvalidArgument} for fewer than 2 ids; logits()'s errors.

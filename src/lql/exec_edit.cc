@@ -338,6 +338,12 @@ int64_t target_token(Session& s, const std::string& target, Pos pos, const char*
   auto ids = s.tokenizer().encode(text, false, false);
   if (ids.empty()) ids = s.tokenizer().encode(target, false, false);
   if (ids.empty()) throw Error(ErrorKind::InvalidArgument, std::string(what) + " at " + pos.str() + ": the target has no tokens");
+  // The first token is the one taught: one that is only a blank (an emoji's byte pieces follow a
+  // lone "▁") would carry nothing of the target.
+  if (ids.size() > 1 && blank_value(s.tokenizer().decode({ids[0]})))
+    throw Error(ErrorKind::InvalidArgument, std::string(what) + " at " + pos.str() + ": the target \"" + target +
+                                                "\" starts with a token that is only a blank (id " + std::to_string(ids[0]) +
+                                                "), and the first token is the one taught: use a target that starts with a word");
   return ids[0];
 }
 
