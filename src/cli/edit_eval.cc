@@ -251,7 +251,18 @@ class Evaluator {
                            lql_string(f.relation) + ", " + lql_string(f.target) + ") MODE " +
                            (a_.mode == "knn" ? "KNN" : a_.mode == "robust" ? "ROBUST" : "COMPOSE") + (a_.clauses.empty() ? "" : " " + a_.clauses);
     const auto t0 = std::chrono::steady_clock::now();
-    const ordered_json d = lql(st).at(0);
+    ordered_json d;
+    try {
+      d = lql(st).at(0);
+    } catch (const Error& e) {
+      // A fact the mode refuses (it does not stand out, no scale makes it top-1): nothing was
+      // installed; it is measured as the model stands, so it counts as not learned.
+      if (e.kind() != ErrorKind::InvalidArgument && e.kind() != ErrorKind::Unsupported) throw;
+      r.insert_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      r.refused = e.what();
+      cache_.clear();
+      return;
+    }
     r.insert_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const auto& cols = d.at("columns");
     const auto& row = d.at("rows").at(0);

@@ -47,9 +47,10 @@ ordered_json ms_json(const std::vector<double>& ms) {
 namespace {
 
 struct Counts {
-  int64_t facts = 0, eff = 0, eff_p = 0, para = 0, para_n = 0, neigh = 0, neigh_n = 0, at_insert = 0, at_insert_n = 0;
+  int64_t facts = 0, eff = 0, eff_p = 0, para = 0, para_n = 0, neigh = 0, neigh_n = 0, at_insert = 0, at_insert_n = 0, refused = 0;
   void add(const EditFact& f, const FactResult& r) {
     ++facts;
+    refused += !r.refused.empty();
     eff += r.top1 == f.target_id;
     eff_p += r.p_target > r.p_old;
     for (int64_t t : r.para_top1) para += t == f.target_id;
@@ -69,6 +70,7 @@ struct Counts {
     j["paraphrase"] = ratio(para, para_n);
     j["neighbourhood"] = ratio(neigh, neigh_n);
     if (at_insert_n > 0) j["efficacy_at_insert"] = ratio(at_insert, at_insert_n);
+    j["refused"] = refused;
     return j;
   }
 };
@@ -112,6 +114,7 @@ ordered_json fact_json(const EditFact& f, const FactResult& r) {
     j["insert_probability"] = num(r.insert_p);
   }
   if (r.at_insert_top1 >= 0) j["at_insert_top1"] = r.at_insert_top1;
+  if (!r.refused.empty()) j["refused"] = r.refused;
   return j;
 }
 
@@ -164,6 +167,9 @@ void edit_line(const ordered_json& s) {
   const auto& t = s["insert_ms"];
   std::printf("  INSERT: mean %s s, median %s s, p90 %s s, max %s s\n", secs(t["mean"]).c_str(), secs(t["median"]).c_str(),
               secs(t["p90"]).c_str(), secs(t["max"]).c_str());
+  if (s.value("refused", int64_t{0}) > 0)
+    std::printf("  refused by INSERT (nothing installed, counted as not learned): %lld facts\n",
+                static_cast<long long>(s["refused"].get<int64_t>()));
 }
 
 std::string signed_pct(const ordered_json& v) {

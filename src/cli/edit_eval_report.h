@@ -24,6 +24,7 @@ struct FactResult {
   double insert_p = NAN;               ///< INSERT's own `probability` (COMPOSE: P(target) after balancing)
   int64_t layer = -1, feature = -1;
   int64_t at_insert_top1 = -1;         ///< sequential: top-1 on the canonical prompt right after its INSERT
+  std::string refused;                 ///< INSERT's error where it refused the fact (nothing installed; measured as is)
 };
 
 /// The measures of a whole state: real-fact retention, held-out perplexity, fluency.

@@ -306,3 +306,16 @@ def test_a_set_for_another_tokenizer_is_refused(larql_bin, inference_vindex, sma
     r = subprocess.run([str(larql_bin), "edit-eval", str(inference_vindex), "--set", str(small_set["path"]), "--mode", "rome"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--mode rome" in r.stderr, r.stderr
+
+
+def test_a_refused_insert_counts_as_not_learned_and_the_run_goes_on(larql_bin, inference_vindex, small_set):
+    """ROBUST at layer 0 makes no fact top-1 at any scale: every INSERT is refused (nothing installed),
+    each fact counts as not learned, the phase ends, and the model is still the base's."""
+    r = subprocess.run([str(larql_bin), "edit-eval", str(inference_vindex), "--set", str(small_set["path"]), "--mode", "robust",
+                        "--clauses", "AT LAYER 0", "--facts", "2", "--sequential", "0", "--global-sample", "1", "--json",
+                        "-t", str(peer.THREADS)], capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    single = json.loads(r.stdout)["single"]
+    assert single["summary"]["refused"] == 2 and single["summary"]["efficacy"] == 0, single["summary"]
+    assert all("nothing was installed" in f["refused"] and f["top1"] == f["old_id"] for f in single["facts"]), single["facts"]
+    assert single["global"][0]["real_retention"] == 1 and single["remove_patch_bit_identical"]
