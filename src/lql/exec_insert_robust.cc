@@ -90,6 +90,14 @@ double dotd(const std::vector<double>& a, const std::vector<float>& b) {
   return s;
 }
 
+// The element-wise mean of `rows` ([n][hidden] -> [hidden]).
+std::vector<double> mean_rows(const std::vector<std::vector<float>>& rows, int64_t hidden) {
+  std::vector<double> m(static_cast<size_t>(hidden), 0.0);
+  for (const auto& x : rows)
+    for (int64_t i = 0; i < hidden; ++i) m[static_cast<size_t>(i)] += x[static_cast<size_t>(i)] / static_cast<double>(rows.size());
+  return m;
+}
+
 // The FFN input of a fixed prompt on the base model, memoised.
 const std::vector<float>& base_in(Session& s, const std::string& prompt, int64_t layer) {
   auto& memo = s.edits().memo->base_ffn_in;
@@ -293,12 +301,7 @@ retry:
   //    It varies 3-4% over the decoy prompts at layers 13-16, where COMPOSE's steadiest single
   //    coordinate varies 2-20% (and 12-20% everywhere but layer 13): docs/BENCHMARKS.md.
   const std::vector<float>& x0 = xs[0];
-  std::vector<double> mu(static_cast<size_t>(hidden), 0.0);  // ordinary text's mean input
-  {
-    const auto& bg = background(s, layer);
-    for (const auto& x : bg)
-      for (int64_t i = 0; i < hidden; ++i) mu[static_cast<size_t>(i)] += x[static_cast<size_t>(i)] / static_cast<double>(bg.size());
-  }
+  const std::vector<double> mu = mean_rows(background(s, layer), hidden);  // ordinary text's mean input
   std::vector<double> bias_dir = whiten(s, layer, mu);
   {
     const double b_x0 = dotd(bias_dir, x0);
@@ -375,9 +378,7 @@ retry:
   std::vector<double> up_dir(r);
   double up_at = s_mean;  // up_dir . x at the templates' mean
   {
-    std::vector<double> q(static_cast<size_t>(hidden), 0.0);
-    for (const auto& x : dec)
-      for (int64_t i = 0; i < hidden; ++i) q[static_cast<size_t>(i)] += x[static_cast<size_t>(i)] / static_cast<double>(dec.size());
+    std::vector<double> q = mean_rows(dec, hidden);
     for (int64_t i = 0; i < hidden; ++i) q[static_cast<size_t>(i)] -= mu[static_cast<size_t>(i)];
     q = whiten(s, layer, q);
     double q_min = INFINITY, q_sum = 0;
@@ -392,6 +393,10 @@ retry:
   }
   // 4. Balance on the canonical prompt and the weakest template.
   const EditState saved = ed;
+  auto restore = [&] {  // the session's weights as before this INSERT
+    ed = saved;
+    s.set_weights(ed.overlay, ed.gate_rows);
+  };
   auto set_up = [&](double a) {
     for (int64_t i = 0; i < hidden; ++i) op.up[static_cast<size_t>(i)] = static_cast<float>(a * up_dir[static_cast<size_t>(i)] / up_at);
   };
@@ -433,8 +438,7 @@ retry:
         else lo = mid;
       }
   } catch (...) {
-    ed = saved;
-    s.set_weights(ed.overlay, ed.gate_rows);
+    restore();
     throw;
   }
   // Unbalanced: the feature at the smallest scale that made the target top-1 (with the margin),
@@ -442,8 +446,7 @@ retry:
   // did, nothing is installed (at layer 0, say, such a feature only broke the model).
   const bool balanced = hi > 0;
   if (!balanced && first_top1 < 0) {
-    ed = saved;
-    s.set_weights(ed.overlay, ed.gate_rows);
+    restore();
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.3g", p_best);
     throw Error(ErrorKind::InvalidArgument, "INSERT ... MODE ROBUST: \"" + st.target + "\" did not become the top prediction of \"" +
