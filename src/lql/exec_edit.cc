@@ -306,6 +306,15 @@ void need_weights(Session& s, const std::string& what, Pos pos) {
 
 void record_edits(Session& s, std::vector<PatchOp> ops, std::vector<std::string>* notes) {
   if (ops.empty()) return;
+  // A value beyond f16's range would be inf in the stored weights, and the patch could not be read
+  // back (patch_from_json refuses it): refused here, before anything is applied.
+  for (const auto& op : ops)
+    for (const auto* v : {&op.gate, &op.up, &op.down, &op.key})
+      if (const int64_t i = out_of_range_value(*v); i >= 0)
+        throw Error(ErrorKind::InvalidArgument, "the edit of layer " + std::to_string(op.layer) + " holds the value " +
+                                                    std::to_string((*v)[static_cast<size_t>(i)]) +
+                                                    ", beyond +-65504 (the f16 range edits are held to); nothing was installed: "
+                                                    "try a smaller ALPHA or another layer");
   EditState& e = s.edits();
   if (!e.recording) {
     e.recording = NamedPatch{"", Patch{}};
@@ -333,7 +342,7 @@ std::string canonical_prompt(const std::string& relation, const std::string& ent
   return "The " + r + " of " + entity + " is";
 }
 
-int64_t target_token(Session& s, const std::string& target, Pos pos, const char* what) {
+int64_t target_token(Session& s, const std::string& target, Pos pos, const char* what, size_t* n_tokens) {
   const std::string text = (!target.empty() && target.front() == ' ') ? target : " " + target;
   auto ids = s.tokenizer().encode(text, false, false);
   if (ids.empty()) ids = s.tokenizer().encode(target, false, false);
@@ -344,6 +353,7 @@ int64_t target_token(Session& s, const std::string& target, Pos pos, const char*
     throw Error(ErrorKind::InvalidArgument, std::string(what) + " at " + pos.str() + ": the target \"" + target +
                                                 "\" starts with a token that is only a blank (id " + std::to_string(ids[0]) +
                                                 "), and the first token is the one taught: use a target that starts with a word");
+  if (n_tokens) *n_tokens = ids.size();
   return ids[0];
 }
 
@@ -373,10 +383,14 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
                 "INSERT at " + st.alpha_pos.str() +
                     ": ALPHA scales a COMPOSE feature's output; a KNN fact has none (its weight is CONFIDENCE)");
   const std::string prompt = canonical_prompt(st.relation, st.entity);
-  const int64_t target = target_token(s, st.target, pos, "INSERT");
+  size_t target_tokens = 1;
+  const int64_t target = target_token(s, st.target, pos, "INSERT", &target_tokens);
   const double conf = st.confidence.value_or(1.0);
   Table t;
   t.statement = "INSERT";
+  if (target_tokens > 1)
+    t.notes.push_back("the target is " + std::to_string(target_tokens) + " tokens; only the first, \"" +
+                      s.tokenizer().decode({target}) + "\", is taught: it becomes the next token, the rest of the target does not follow");
   t.columns = {{"entity"}, {"relation"}, {"target"}, {"target_id", Column::Type::Int}, {"mode"}, {"layer", Column::Type::Int},
                {"feature", Column::Type::Int}, {"probability", Column::Type::Float, 4}, {"probes", Column::Type::Int},
                {"ms", Column::Type::Float, 1}};

@@ -468,8 +468,9 @@ retry:
   t.title = "Inserted: " + st.entity + " -[" + st.relation + "]-> " + st.target + " at L" + std::to_string(layer) + ", feature " +
             std::to_string(op.feature) + insert_expert_suffix(s, layer, op.feature) + " (robust)";
   if (!balanced)
-    t.notes.push_back("the target is not the top prediction of \"" + prompt + "\"" +
-                      (weakest == 0 ? std::string() : " and \"" + prompts[weakest] + "\"") + " after balancing");
+    t.notes.push_back("not balanced: no scale made the target top-1 with P >= 0.5 on \"" + prompt + "\"" +
+                      (weakest == 0 ? std::string() : " and top-1 on \"" + prompts[weakest] + "\"") +
+                      "; installed at the smallest scale that made it top-1 on the first");
   t.rows.push_back({st.entity, st.relation, st.target, target, std::string("robust"), layer, op.feature, p,
                     static_cast<int64_t>(probes), ms});
   add_expert_column(s, t);

@@ -123,8 +123,9 @@ std::string canonical_prompt(const std::string& relation, const std::string& ent
 /// Whether a statement's string value (a target, entity, path) holds only blanks: an empty value
 /// is an error wherever one is given, never a token or a file name.
 inline bool blank_value(const std::string& v) { return v.find_first_not_of(" \t\n\r") == std::string::npos; }
-/// The first token of " " + target. Errors: InvalidArgument when it has no tokens.
-int64_t target_token(Session& s, const std::string& target, Pos pos, const char* what);
+/// The first token of " " + target; `n_tokens` (if given) receives how many tokens the target has.
+/// Errors: InvalidArgument when it has no tokens or its first token is only a blank.
+int64_t target_token(Session& s, const std::string& target, Pos pos, const char* what, size_t* n_tokens = nullptr);
 /// Edits rewrite the model's weights: Error{Unsupported} "<what> at LINE:COL needs a vindex with
 /// model weights ..." when the vindex has none.
 void need_weights(Session& s, const std::string& what, Pos pos);

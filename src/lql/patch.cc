@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -158,6 +159,12 @@ std::string patch_to_json(const Patch& p) {
   return j.dump(2) + "\n";
 }
 
+int64_t out_of_range_value(const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!(std::fabs(v[i]) <= kMaxEditValue)) return static_cast<int64_t>(i);
+  return -1;
+}
+
 Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::string& name) {
   json j;
   try {
@@ -200,6 +207,9 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
       bad(name, field(where, k), std::to_string(v.size()) + " floats, the model's hidden size is " + std::to_string(lim.hidden));
     for (size_t i = 0; i < v.size(); ++i)
       if (!std::isfinite(v[i])) bad(name, field(where, k), "value " + std::to_string(i) + " is not finite");
+    if (const int64_t i = out_of_range_value(v); i >= 0)
+      bad(name, field(where, k), "value " + std::to_string(i) + " (" + std::to_string(v[static_cast<size_t>(i)]) +
+                                     ") is beyond +-65504, the f16 range edits are held to");
     return v;
   };
   Patch p;
@@ -212,6 +222,7 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
   p.created_at = str(j, "created_at", "", false);
   if (!j.contains("operations") || !j["operations"].is_array()) bad(name, "operations", "missing or not an array");
   const auto& ops = j["operations"];
+  std::map<std::pair<int64_t, int64_t>, size_t> inserted;  // (layer, feature) -> the op that inserted it
   for (size_t i = 0; i < ops.size(); ++i) {
     const std::string where = "operations[" + std::to_string(i) + "]";
     const json& o = ops[i];
@@ -255,6 +266,20 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
       x.confidence = o["confidence"].get<double>();
       if (!(x.confidence >= 0 && x.confidence <= 1))
         bad(name, where + ".confidence", o["confidence"].dump() + " is out of range [0, 1]");
+    }
+    // An insert replaces its slot's gate, up and down whole: a second insert on a slot that an
+    // earlier op of this file inserted (and no delete freed) would drop the first fact unseen.
+    if (x.kind == PatchOp::Kind::Insert || x.kind == PatchOp::Kind::Delete) {
+      const std::pair<int64_t, int64_t> slot{x.layer, x.feature};
+      if (x.kind == PatchOp::Kind::Delete) {
+        inserted.erase(slot);
+      } else if (auto it = inserted.find(slot); it != inserted.end()) {
+        bad(name, where, "inserts layer " + std::to_string(x.layer) + " feature " + std::to_string(x.feature) + ", which operations[" +
+                             std::to_string(it->second) + "] (\"" + p.ops[it->second].entity +
+                             "\") already inserted: the earlier fact would be lost");
+      } else {
+        inserted[slot] = i;
+      }
     }
     p.ops.push_back(std::move(x));
   }

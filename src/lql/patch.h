@@ -45,13 +45,20 @@ std::string encode_floats(const std::vector<float>& v);
 /// length not a multiple of 4, misplaced padding) or a byte count not a multiple of 4.
 std::vector<float> decode_floats(std::string_view b64);
 
+/// The largest magnitude an edit's vector may hold: f16's largest finite value, the vindex's
+/// default storage (a larger gate value is inf there, and the forward pass turns it into NaN).
+constexpr float kMaxEditValue = 65504.0f;
+/// The index of the first value of `v` beyond +-kMaxEditValue (or not finite), or -1.
+int64_t out_of_range_value(const std::vector<float>& v);
+
 /// The patch as pretty-printed JSON.
 std::string patch_to_json(const Patch& p);
 /// Parse and check a patch. `name` names it in errors, always as "FILE: FIELD: problem" ("d.vlp:
 /// operations[3].gate_vector_b64: 639 floats, the model's hidden size is 640", "d.vlp: version:
 /// 2 is not ..."): not JSON (the parser's excerpt of what it read cut to a few characters), version other than 1, an unknown op, a missing or mistyped
-/// field, bad base64, a vector of the wrong length, a non-finite value, a layer, feature or
-/// token id out of range.
+/// field, bad base64, a vector of the wrong length, a non-finite value or one beyond
+/// +-kMaxEditValue, a layer, feature or token id out of range, a second insert on a slot an
+/// earlier op of the file inserted (with no delete between).
 Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::string& name = "patch");
 /// Write atomically (util/atomic_file.h); with replace = false never over an existing file
 /// (Error{InvalidArgument} "<path> already exists", checked atomically). Errors: AtomicWriter's.

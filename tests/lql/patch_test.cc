@@ -53,7 +53,7 @@ Patch sample() {
   a.confidence = 0.5;
   a.gate = {1.5f, -0.0f, 3.25e-7f};
   a.up = {std::nextafter(1.0f, 2.0f), 2, 3};
-  a.down = {-1e30f, 1e-38f, 0};
+  a.down = {-65504.0f, 1e-38f, 0};  // f16's largest magnitude, a denormal-adjacent value
   PatchOp k;
   k.kind = PatchOp::Kind::InsertKnn;
   k.layer = 0;
@@ -176,6 +176,23 @@ TEST(PatchFile, HostileFilesNameTheOpAndField) {
             std::string::npos);
   EXPECT_NE(error_of(with_op(ins + vecs("AA!APw=="))).find("operations[1].gate_vector_b64: bad base64"), std::string::npos);
   EXPECT_NE(error_of(with_op(ins + vecs(encode_floats({1, NAN, 3})))).find("value 1 is not finite"), std::string::npos);
+  // Edits are held to f16's range (the vindex stores gate rows in f16: 1e38 there is inf, and
+  // the forward pass then gave NaN for every prompt).
+  EXPECT_EQ(error_of(with_op(ins + vecs(encode_floats({1, 65504.0f, -65504.0f})))), "(accepted)");
+  EXPECT_NE(error_of(with_op(ins + vecs(encode_floats({1, 1e38f, 3}))))
+                .find("operations[1].gate_vector_b64: value 1 (99999996802856924650656260769173209088.000000) is beyond +-65504"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_op(ins + vecs(encode_floats({1, 2, std::nextafter(65504.0f, 1e9f)})))).find("value 2 ("),
+            std::string::npos);
+  // A second insert on the slot an earlier op inserted would drop the first fact unseen; after a
+  // delete of that slot it is a new fact in a free slot.
+  EXPECT_EQ(error_of(with_op(ins + vecs(good3) + "," + ins + vecs(good3))),
+            "h.vlp: operations[2]: inserts layer 1 feature 1, which operations[1] (\"e\") already inserted: the earlier fact would "
+            "be lost");
+  EXPECT_EQ(error_of(with_op(ins + vecs(good3) + R"(,{"op":"delete","layer":1,"feature":1},)" + ins + vecs(good3))), "(accepted)");
+  EXPECT_EQ(error_of(with_op(ins + vecs(good3) + R"(,{"op":"insert","layer":1,"feature":2,"entity":"f","target":"t","target_id":5,)" +
+                             vecs(good3))),
+            "(accepted)");
   EXPECT_NE(error_of(with_op(R"({"op":"delete","layer":4,"feature":0})")).find("operations[1].layer: 4 is out of range 0-3"),
             std::string::npos);
   EXPECT_NE(error_of(with_op(R"({"op":"delete","layer":0,"feature":32})")).find("operations[1].feature: 32 is out of range"),
