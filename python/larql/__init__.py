@@ -651,11 +651,13 @@ class Vindex:
 
     def insert(self, entity: str, relation: str, target: str, layer: int | None = None, mode: str = "compose") -> Table:
         """INSERT a fact (entity, relation, target) into the session's edits; `mode` "compose"
-        (writes a feature) or "knn" (a KNN store entry)."""
-        mode = _choice("mode", mode, ("compose", "knn"))
+        (writes a feature), "knn" (a KNN store entry), "robust" (a feature keyed on the entity) or
+        "subject" (a feature at the subject's token with a learned value; docs/lql.md "Knowledge
+        edits")."""
+        mode = _choice("mode", mode, ("compose", "knn", "robust", "subject"))
         return self._one(f"INSERT INTO EDGES (entity, relation, target) VALUES ({_q('entity', entity)}, "
                          f"{_q('relation', relation)}, {_q('target', target)})" + self._layer(layer) +
-                         (" MODE KNN" if mode == "knn" else ""))
+                         ("" if mode == "compose" else f" MODE {mode.upper()}"))
 
     def patches(self) -> Table:
         """SHOW PATCHES: the session's edits."""

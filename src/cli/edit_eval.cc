@@ -249,7 +249,7 @@ class Evaluator {
     const EditFact& f = facts_[i];
     const std::string st = "INSERT INTO EDGES (entity, relation, target) VALUES (" + lql_string(f.entity) + ", " +
                            lql_string(f.relation) + ", " + lql_string(f.target) + ") MODE " +
-                           (a_.mode == "knn" ? "KNN" : a_.mode == "robust" ? "ROBUST" : "COMPOSE") + (a_.clauses.empty() ? "" : " " + a_.clauses);
+                           (a_.mode == "knn" ? "KNN" : a_.mode == "robust" ? "ROBUST" : a_.mode == "subject" ? "SUBJECT" : "COMPOSE") + (a_.clauses.empty() ? "" : " " + a_.clauses);
     const auto t0 = std::chrono::steady_clock::now();
     ordered_json d;
     try {
@@ -424,8 +424,8 @@ class Evaluator {
 };
 
 void run(const Args& a) {
-  if (a.mode != "compose" && a.mode != "knn" && a.mode != "robust")
-    throw Error(ErrorKind::Usage, "--mode " + a.mode + ": expected compose, knn or robust");
+  if (a.mode != "compose" && a.mode != "knn" && a.mode != "robust" && a.mode != "subject")
+    throw Error(ErrorKind::Usage, "--mode " + a.mode + ": expected compose, knn, robust or subject");
   EditEvalSet set = read_edit_eval_set(a.set);
   // The outputs are checked before the run (which may take hours), not after it; the set (an
   // input now) is never one of them.
@@ -466,7 +466,7 @@ void register_edit_eval(CLI::App& app) {
   add_int_flag(s, "--global-sample", a->global_sample, 0, INT32_MAX,
                "single phase: measure retention, perplexity and fluency after M edits spread over the facts,");
   add_int_flag(s, "--fluency-tokens", a->fluency_tokens, 1, 4096, "greedy tokens per fluency prompt,");
-  s->add_option("--mode", a->mode, "INSERT's MODE: compose (default), knn or robust");
+  s->add_option("--mode", a->mode, "INSERT's MODE: compose (default), knn, robust or subject");
   s->add_option("--clauses", a->clauses, "LQL clauses appended to every INSERT, e.g. \"AT LAYER 14 ALPHA 2\"");
   s->add_option("--logits-out", a->logits_out,
                 "at the end (after REMOVE PATCH), write the held-out text's logits [positions, vocab] f32 to this .npy");

@@ -185,7 +185,7 @@ void print_report(const ordered_json& out) {
   const auto& b = out["base"];
   std::printf("edit-eval of %s with %s: %lld facts, MODE %s, %lld threads\n", out["vindex"].get<std::string>().c_str(),
               out["set"].get<std::string>().c_str(), static_cast<long long>(out["facts"].get<int64_t>()),
-              out["mode"] == "knn" ? "KNN" : out["mode"] == "robust" ? "ROBUST" : "COMPOSE", static_cast<long long>(out["threads"].get<int64_t>()));
+              out["mode"] == "knn" ? "KNN" : out["mode"] == "robust" ? "ROBUST" : out["mode"] == "subject" ? "SUBJECT" : "COMPOSE", static_cast<long long>(out["threads"].get<int64_t>()));
   std::printf("base: facts already answered %lld; neighbourhood prompts answered %s; real-fact prompts answered %s of %lld; "
               "held-out perplexity %s (%lld tokens); fluency %s\n",
               static_cast<long long>(b["facts_already_answered"].get<int64_t>()), pct(b["neighbourhood_answered"]).c_str(),

@@ -105,10 +105,10 @@ struct TraceStmt {
   bool all_positions = false;            ///< POSITIONS ALL (default: the last)
   bool decompose = false;
 };
-enum class InsertMode { Compose, Knn, Robust };
+enum class InsertMode { Compose, Knn, Robust, Subject };
 struct InsertStmt {
   std::string entity, relation, target;
-  std::optional<InsertMode> mode;        ///< MODE COMPOSE (the default) | MODE KNN | MODE ROBUST
+  std::optional<InsertMode> mode;        ///< MODE COMPOSE (the default) | MODE KNN | MODE ROBUST | MODE SUBJECT
   std::optional<int64_t> layer;
   Pos layer_pos;
   std::optional<double> confidence;

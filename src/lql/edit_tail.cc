@@ -21,17 +21,25 @@ std::vector<float> dense(const TensorView& w, const char* what, int64_t layer) {
   return out;
 }
 
-// y[t][o] = sum_i W[o][i] x[t][i] for t < n (W [out][in]).
-void mat(const std::vector<float>& w, int64_t out, int64_t in, const float* x, int64_t n, float* y) {
-  for (int64_t t = 0; t < n; ++t) compute::dot_f32_rows(w.data(), out, x + t * in, in, y + t * out);
+// y[t][o] = sum_i W[o][i] x[t][i] for t < n (W [out][in]). Each row of W is read once for every
+// token (the tokens' rows stay in cache), the rows split across the pool.
+void mat(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* x, int64_t n, float* y) {
+  pool.parallel_for(out, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t t = 0; t < n; ++t) y[t * out + o] = compute::dot_f32(w.data() + o * in, x + t * in, in);
+  }, 16);
 }
-// dx[t][i] += sum_o W[o][i] dy[t][o] for t in [t0, n).
-void mat_t(const std::vector<float>& w, int64_t out, int64_t in, const float* dy, int64_t t0, int64_t n, float* dx) {
-  for (int64_t t = t0; t < n; ++t)
-    for (int64_t o = 0; o < out; ++o) {
-      const float g = dy[t * out + o];
-      if (g != 0.0f) compute::axpy(g, w.data() + o * in, dx + t * in, in);
-    }
+// dx[t][i] += sum_o W[o][i] dy[t][o] for t in [t0, n): the columns split across the pool, each
+// thread reading every row of W once.
+void mat_t(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* dy, int64_t t0, int64_t n,
+           float* dx) {
+  pool.parallel_for(in, [&](int64_t i0, int64_t i1) {
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t t = t0; t < n; ++t) {
+        const float g = dy[t * out + o];
+        if (g != 0.0f) compute::axpy(g, w.data() + o * in + i0, dx + t * in + i0, i1 - i0);
+      }
+  }, 16);
 }
 
 // The rotation RoPE applied at `pos` (compute::rope_neox / rope_adjacent's angles), undone:
@@ -89,21 +97,49 @@ EditTail::EditTail(const Model& model, int64_t first, ThreadPool& pool) : model_
   }
 }
 
-double EditTail::logprob(const std::vector<float>& x_in, int64_t n, int64_t target, std::vector<float>* grad,
-                         int64_t from_pos, int64_t* top1) const {
+double EditTail::logprob(const std::vector<float>& x, int64_t n, int64_t target, std::vector<float>* grad, int64_t from_pos,
+                         int64_t* top1) const {
+  std::vector<std::vector<float>> grads;
+  const std::vector<TailSeq> one = {{&x, n, target, from_pos}};
+  std::vector<int64_t> tops;
+  const double lp = logprobs(one, grad ? &grads : nullptr, top1 ? &tops : nullptr)[0];
+  if (grad) *grad = std::move(grads[0]);
+  if (top1) *top1 = tops[0];
+  return lp;
+}
+
+std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::vector<std::vector<float>>* grads,
+                                       std::vector<int64_t>* top1) const {
   const ModelConfig& c = model_.config();
   const int64_t H = c.hidden, F = c.ffn, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, qd = c.q_dim(),
                 kd = c.kv_dim(), grp = nh / nkv;
   const float eps = c.norm_eps;
-  const size_t nl = layers_.size();
+  const size_t nl = layers_.size(), ns = seqs.size();
   const float* no_w = nullptr;
   auto post_w = [&](const std::vector<float>& w) { return c.post_norms ? w.data() : no_w; };
-  // Per layer, what the backward pass reads.
+  // The sequences' tokens stacked: token T of sequence q is row off[q] + T; the attention
+  // probabilities of its head h over the sequence's positions start at poff[q] + (T nh + h) n_q.
+  std::vector<int64_t> off(ns + 1, 0), poff(ns + 1, 0), t0(ns);
+  for (size_t q = 0; q < ns; ++q) {
+    off[q + 1] = off[q] + seqs[q].n;
+    poff[q + 1] = poff[q] + seqs[q].n * nh * seqs[q].n;
+    t0[q] = std::clamp<int64_t>(seqs[q].from_pos, 0, seqs[q].n - 1);
+  }
+  const int64_t N = off[ns];
   struct Saved {
     std::vector<float> x, a, qraw, kraw, q, k, v, p, o, z, mid, b, g, u, act, m;
   };
   std::vector<Saved> sv(nl);
-  std::vector<float> x(x_in.begin(), x_in.begin() + n * H);
+  std::vector<float> x(static_cast<size_t>(N * H));
+  for (size_t q = 0; q < ns; ++q) std::copy(seqs[q].x->begin(), seqs[q].x->begin() + seqs[q].n * H, x.begin() + off[q] * H);
+  auto add_normed = [&](const std::vector<float>& src, const float* w, std::vector<float>& dst) {  // dst += norm(src) per row
+    std::vector<float> y(static_cast<size_t>(H));
+    for (int64_t t = 0; t < N; ++t) {
+      if (w) compute::rmsnorm(src.data() + t * H, w, y.data(), H, eps);
+      else std::copy(src.begin() + t * H, src.begin() + (t + 1) * H, y.begin());
+      compute::axpy(1.0f, y.data(), dst.data() + t * H, H);
+    }
+  };
   for (size_t li = 0; li < nl; ++li) {
     const int64_t l = first_ + static_cast<int64_t>(li);
     const LayerWeights& W = model_.weights().layers[static_cast<size_t>(l)];
@@ -111,116 +147,119 @@ double EditTail::logprob(const std::vector<float>& x_in, int64_t n, int64_t targ
     const Layer& D = layers_[li];
     Saved& s = sv[li];
     s.x = x;
-    s.a.resize(static_cast<size_t>(n * H));
-    for (int64_t t = 0; t < n; ++t) compute::rmsnorm(x.data() + t * H, W.attn_norm.data(), s.a.data() + t * H, H, eps);
-    s.qraw.resize(static_cast<size_t>(n * qd));
-    s.kraw.resize(static_cast<size_t>(n * kd));
-    s.v.resize(static_cast<size_t>(n * kd));
-    mat(D.wq, qd, H, s.a.data(), n, s.qraw.data());
-    mat(D.wk, kd, H, s.a.data(), n, s.kraw.data());
-    mat(D.wv, kd, H, s.a.data(), n, s.v.data());
+    s.a.resize(static_cast<size_t>(N * H));
+    for (int64_t t = 0; t < N; ++t) compute::rmsnorm(x.data() + t * H, W.attn_norm.data(), s.a.data() + t * H, H, eps);
+    s.qraw.resize(static_cast<size_t>(N * qd));
+    s.kraw.resize(static_cast<size_t>(N * kd));
+    s.v.resize(static_cast<size_t>(N * kd));
+    mat(pool_, D.wq, qd, H, s.a.data(), N, s.qraw.data());
+    mat(pool_, D.wk, kd, H, s.a.data(), N, s.kraw.data());
+    mat(pool_, D.wv, kd, H, s.a.data(), N, s.v.data());
     if (c.qkv_bias) {
-      compute::add_bias_rows(s.qraw.data(), W.bq.data(), n, qd);
-      compute::add_bias_rows(s.kraw.data(), W.bk.data(), n, kd);
-      compute::add_bias_rows(s.v.data(), W.bv.data(), n, kd);
+      compute::add_bias_rows(s.qraw.data(), W.bq.data(), N, qd);
+      compute::add_bias_rows(s.kraw.data(), W.bk.data(), N, kd);
+      compute::add_bias_rows(s.v.data(), W.bv.data(), N, kd);
     }
     s.q = s.qraw;
     s.k = s.kraw;
     const float* factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data();
     auto rope = lc.rope_form == RopeForm::Adjacent ? compute::rope_adjacent : compute::rope_neox;
-    for (int64_t t = 0; t < n; ++t) {
-      if (c.qk_norm) {
-        compute::rmsnorm_rows(s.q.data() + t * qd, W.q_norm.data(), nh, hd, eps);
-        compute::rmsnorm_rows(s.k.data() + t * kd, W.k_norm.data(), nkv, hd, eps);
+    s.p.assign(static_cast<size_t>(poff[ns]), 0.0f);
+    s.o.assign(static_cast<size_t>(N * qd), 0.0f);
+    for (size_t sq = 0; sq < ns; ++sq) {
+      const int64_t n = seqs[sq].n, b0 = off[sq];
+      for (int64_t t = 0; t < n; ++t) {
+        if (c.qk_norm) {
+          compute::rmsnorm_rows(s.q.data() + (b0 + t) * qd, W.q_norm.data(), nh, hd, eps);
+          compute::rmsnorm_rows(s.k.data() + (b0 + t) * kd, W.k_norm.data(), nkv, hd, eps);
+        }
+        rope(s.q.data() + (b0 + t) * qd, nh, hd, t, lc.rope_base, lc.rope_freq_scale, factors, c.rope_attn_factor);
+        rope(s.k.data() + (b0 + t) * kd, nkv, hd, t, lc.rope_base, lc.rope_freq_scale, factors, c.rope_attn_factor);
       }
-      rope(s.q.data() + t * qd, nh, hd, t, lc.rope_base, lc.rope_freq_scale, factors, c.rope_attn_factor);
-      rope(s.k.data() + t * kd, nkv, hd, t, lc.rope_base, lc.rope_freq_scale, factors, c.rope_attn_factor);
+      // Attention probabilities (0 where a position is not visible).
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t h = 0; h < nh; ++h) {
+          const int64_t g = h / grp, lo = lc.sliding ? std::max<int64_t>(0, t - lc.window + 1) : 0;
+          float* pr = s.p.data() + poff[sq] + (t * nh + h) * n;
+          double mx = -1e300;
+          for (int64_t j = lo; j <= t; ++j) {
+            double sc = static_cast<double>(compute::dot_f32(s.q.data() + (b0 + t) * qd + h * hd, s.k.data() + (b0 + j) * kd + g * hd, hd)) *
+                        c.attn_scale;
+            if (c.attn_logit_softcap > 0) sc = c.attn_logit_softcap * std::tanh(sc / c.attn_logit_softcap);
+            pr[j] = static_cast<float>(sc);
+            mx = std::max(mx, sc);
+          }
+          double z = 0;
+          for (int64_t j = lo; j <= t; ++j) z += (pr[j] = static_cast<float>(std::exp(pr[j] - mx)));
+          for (int64_t j = lo; j <= t; ++j) {
+            pr[j] = static_cast<float>(pr[j] / z);
+            compute::axpy(pr[j], s.v.data() + (b0 + j) * kd + g * hd, s.o.data() + (b0 + t) * qd + h * hd, hd);
+          }
+        }
     }
-    // Attention probabilities p[t][h][j] (0 where j is not visible).
-    s.p.assign(static_cast<size_t>(n * nh * n), 0.0f);
-    s.o.assign(static_cast<size_t>(n * qd), 0.0f);
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t h = 0; h < nh; ++h) {
-        const int64_t g = h / grp, lo = lc.sliding ? std::max<int64_t>(0, t - lc.window + 1) : 0;
-        float* pr = s.p.data() + (t * nh + h) * n;
-        double mx = -1e300;
-        for (int64_t j = lo; j <= t; ++j) {
-          double sc = static_cast<double>(compute::dot_f32(s.q.data() + t * qd + h * hd, s.k.data() + j * kd + g * hd, hd)) * c.attn_scale;
-          if (c.attn_logit_softcap > 0) sc = c.attn_logit_softcap * std::tanh(sc / c.attn_logit_softcap);
-          pr[j] = static_cast<float>(sc);
-          mx = std::max(mx, sc);
-        }
-        double z = 0;
-        for (int64_t j = lo; j <= t; ++j) z += (pr[j] = static_cast<float>(std::exp(pr[j] - mx)));
-        for (int64_t j = lo; j <= t; ++j) {
-          pr[j] = static_cast<float>(pr[j] / z);
-          compute::axpy(pr[j], s.v.data() + j * kd + g * hd, s.o.data() + t * qd + h * hd, hd);
-        }
-      }
-    s.z.resize(static_cast<size_t>(n * H));
-    mat(D.wo, H, qd, s.o.data(), n, s.z.data());
+    s.z.resize(static_cast<size_t>(N * H));
+    mat(pool_, D.wo, H, qd, s.o.data(), N, s.z.data());
     s.mid = x;
-    for (int64_t t = 0; t < n; ++t) {
-      std::vector<float> y(static_cast<size_t>(H));
-      if (c.post_norms) compute::rmsnorm(s.z.data() + t * H, W.post_attn_norm.data(), y.data(), H, eps);
-      else std::copy(s.z.begin() + t * H, s.z.begin() + (t + 1) * H, y.begin());
-      for (int64_t i = 0; i < H; ++i) s.mid[static_cast<size_t>(t * H + i)] += y[static_cast<size_t>(i)];
-    }
-    s.b.resize(static_cast<size_t>(n * H));
-    for (int64_t t = 0; t < n; ++t) compute::rmsnorm(s.mid.data() + t * H, W.ffn_norm.data(), s.b.data() + t * H, H, eps);
-    s.g.resize(static_cast<size_t>(n * F));
-    s.u.resize(static_cast<size_t>(n * F));
-    s.act.resize(static_cast<size_t>(n * F));
-    mat(D.wg, F, H, s.b.data(), n, s.g.data());
-    mat(D.wu, F, H, s.b.data(), n, s.u.data());
-    for (int64_t i = 0; i < n * F; ++i)
+    add_normed(s.z, post_w(W.post_attn_norm), s.mid);
+    s.b.resize(static_cast<size_t>(N * H));
+    for (int64_t t = 0; t < N; ++t) compute::rmsnorm(s.mid.data() + t * H, W.ffn_norm.data(), s.b.data() + t * H, H, eps);
+    s.g.resize(static_cast<size_t>(N * F));
+    s.u.resize(static_cast<size_t>(N * F));
+    s.act.resize(static_cast<size_t>(N * F));
+    mat(pool_, D.wg, F, H, s.b.data(), N, s.g.data());
+    mat(pool_, D.wu, F, H, s.b.data(), N, s.u.data());
+    for (int64_t i = 0; i < N * F; ++i)
       s.act[static_cast<size_t>(i)] =
           (c.activation == Activation::Silu ? compute::silu(s.g[static_cast<size_t>(i)]) : compute::gelu_tanh(s.g[static_cast<size_t>(i)])) *
           s.u[static_cast<size_t>(i)];
-    s.m.resize(static_cast<size_t>(n * H));
-    mat(D.wd, H, F, s.act.data(), n, s.m.data());
+    s.m.resize(static_cast<size_t>(N * H));
+    mat(pool_, D.wd, H, F, s.act.data(), N, s.m.data());
     x = s.mid;
-    for (int64_t t = 0; t < n; ++t) {
-      std::vector<float> y(static_cast<size_t>(H));
-      if (c.post_norms) compute::rmsnorm(s.m.data() + t * H, W.post_ffn_norm.data(), y.data(), H, eps);
-      else std::copy(s.m.begin() + t * H, s.m.begin() + (t + 1) * H, y.begin());
-      for (int64_t i = 0; i < H; ++i) x[static_cast<size_t>(t * H + i)] += y[static_cast<size_t>(i)];
-    }
+    add_normed(s.m, post_w(W.post_ffn_norm), x);
   }
-  // The last position's logits over the whole vocabulary (the model's own lm_head kernel).
+  // Each sequence's last-position logits over the whole vocabulary (the model's lm_head kernel).
   const ModelWeights& MW = model_.weights();
-  std::vector<float> hT(static_cast<size_t>(H)), logits(static_cast<size_t>(c.vocab));
-  const float* xT = x.data() + (n - 1) * H;
-  compute::rmsnorm(xT, MW.output_norm.data(), hT.data(), H, eps);
-  compute::matmul(pool_, MW.lm_head, hT.data(), 1, logits.data());
-  std::vector<float> raw = logits;
-  if (c.final_logit_softcap > 0)
-    for (float& v : logits) v = c.final_logit_softcap * std::tanh(v / c.final_logit_softcap);
-  if (top1) *top1 = std::max_element(logits.begin(), logits.end()) - logits.begin();
-  const double mx = *std::max_element(logits.begin(), logits.end());
-  double z = 0;
-  for (float v : logits) z += std::exp(v - mx);
-  const double lse = mx + std::log(z);
-  const double lp = logits[static_cast<size_t>(target)] - lse;
-  if (!grad) return lp;
-
-  // Backward. d lp / d logit_v = [v == target] - p_v; rows with p_v below 1e-6 are left out of
-  // lm_head's transpose (their share of the gradient is under 1e-6 of the target's row each).
-  std::vector<float> dh(static_cast<size_t>(H), 0.0f), row(static_cast<size_t>(H));
-  for (int64_t v = 0; v < c.vocab; ++v) {
-    const double p = std::exp(logits[static_cast<size_t>(v)] - lse);
-    double dl = (v == target ? 1.0 : 0.0) - p;
-    if (v != target && p < 1e-6) continue;
-    if (c.final_logit_softcap > 0) {
-      const double th = std::tanh(raw[static_cast<size_t>(v)] / c.final_logit_softcap);
-      dl *= 1.0 - th * th;
+  std::vector<double> out(ns);
+  std::vector<float> dx(static_cast<size_t>(N * H), 0.0f), row(static_cast<size_t>(H)), hT(static_cast<size_t>(H)),
+      logits(static_cast<size_t>(c.vocab)), dh(static_cast<size_t>(H));
+  if (top1) top1->assign(ns, -1);
+  for (size_t sq = 0; sq < ns; ++sq) {
+    const int64_t last = off[sq + 1] - 1, target = seqs[sq].target;
+    const float* xT = x.data() + last * H;
+    compute::rmsnorm(xT, MW.output_norm.data(), hT.data(), H, eps);
+    compute::matmul(pool_, MW.lm_head, hT.data(), 1, logits.data());
+    const std::vector<float> raw = logits;
+    if (c.final_logit_softcap > 0)
+      for (float& v : logits) v = c.final_logit_softcap * std::tanh(v / c.final_logit_softcap);
+    if (top1) (*top1)[sq] = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    const double mx = *std::max_element(logits.begin(), logits.end());
+    double z = 0;
+    for (float v : logits) z += std::exp(v - mx);
+    const double lse = mx + std::log(z);
+    out[sq] = logits[static_cast<size_t>(target)] - lse;
+    if (!grads) continue;
+    // d lp / d logit_v = [v == target] - p_v; rows with p_v below 1e-6 are left out of lm_head's
+    // transpose (each would add under 1e-6 of a row).
+    std::fill(dh.begin(), dh.end(), 0.0f);
+    for (int64_t v = 0; v < c.vocab; ++v) {
+      const double p = std::exp(logits[static_cast<size_t>(v)] - lse);
+      if (v != target && p < 1e-6) continue;
+      double dl = (v == target ? 1.0 : 0.0) - p;
+      if (c.final_logit_softcap > 0) {
+        const double th = std::tanh(raw[static_cast<size_t>(v)] / c.final_logit_softcap);
+        dl *= 1.0 - th * th;
+      }
+      quant::dequantize_row(MW.lm_head.type, MW.lm_head.row(v), row.data(), H);
+      compute::axpy(static_cast<float>(dl), row.data(), dh.data(), H);
     }
-    quant::dequantize_row(MW.lm_head.type, MW.lm_head.row(v), row.data(), H);
-    compute::axpy(static_cast<float>(dl), row.data(), dh.data(), H);
+    rmsnorm_backward(xT, MW.output_norm.data(), dh.data(), dx.data() + last * H, H, eps);
   }
-  std::vector<float> dx(static_cast<size_t>(n * H), 0.0f);
-  rmsnorm_backward(xT, MW.output_norm.data(), dh.data(), dx.data() + (n - 1) * H, H, eps);
-  const int64_t t0 = std::clamp<int64_t>(from_pos, 0, n - 1);
+  if (!grads) return out;
+  // Backward. Rows before a sequence's from_pos are not varied: their gradient stays 0 and the
+  // work for them is skipped (their keys and values still receive nothing).
+  std::vector<char> live(static_cast<size_t>(N), 0);
+  for (size_t sq = 0; sq < ns; ++sq)
+    for (int64_t t = t0[sq]; t < seqs[sq].n; ++t) live[static_cast<size_t>(off[sq] + t)] = 1;
   std::vector<float> tmp(static_cast<size_t>(H));
   for (size_t li = nl; li-- > 0;) {
     const int64_t l = first_ + static_cast<int64_t>(li);
@@ -228,87 +267,102 @@ double EditTail::logprob(const std::vector<float>& x_in, int64_t n, int64_t targ
     const LayerConfig& lc = c.layers[static_cast<size_t>(l)];
     const Layer& D = layers_[li];
     const Saved& s = sv[li];
-    // x_out = mid + post_ffn(m): dmid = dx + d(ffn branch).
-    std::vector<float> dm(static_cast<size_t>(n * H), 0.0f), dmid = dx;
-    for (int64_t t = t0; t < n; ++t)
-      rmsnorm_backward(s.m.data() + t * H, post_w(W.post_ffn_norm), dx.data() + t * H, dm.data() + t * H, H, eps);
-    std::vector<float> dact(static_cast<size_t>(n * F), 0.0f);
-    mat_t(D.wd, H, F, dm.data(), t0, n, dact.data());
-    std::vector<float> dg(static_cast<size_t>(n * F), 0.0f), du(static_cast<size_t>(n * F), 0.0f);
-    for (int64_t i = t0 * F; i < n * F; ++i) {
+    // x_out = mid + post_ffn(m): dmid = dx + d(FFN branch).
+    std::vector<float> dm(static_cast<size_t>(N * H), 0.0f), dmid = dx;
+    for (int64_t t = 0; t < N; ++t)
+      if (live[static_cast<size_t>(t)])
+        rmsnorm_backward(s.m.data() + t * H, post_w(W.post_ffn_norm), dx.data() + t * H, dm.data() + t * H, H, eps);
+    std::vector<float> dact(static_cast<size_t>(N * F), 0.0f);
+    mat_t(pool_, D.wd, H, F, dm.data(), 0, N, dact.data());
+    std::vector<float> dg(static_cast<size_t>(N * F), 0.0f), du(static_cast<size_t>(N * F), 0.0f);
+    for (int64_t i = 0; i < N * F; ++i) {
+      if (dact[static_cast<size_t>(i)] == 0.0f) continue;
       const double g = s.g[static_cast<size_t>(i)];
       const double f = c.activation == Activation::Silu ? compute::silu(static_cast<float>(g)) : compute::gelu_tanh(static_cast<float>(g));
       const double fp = c.activation == Activation::Silu ? silu_grad(g) : gelu_grad(g);
       dg[static_cast<size_t>(i)] = static_cast<float>(dact[static_cast<size_t>(i)] * s.u[static_cast<size_t>(i)] * fp);
       du[static_cast<size_t>(i)] = static_cast<float>(dact[static_cast<size_t>(i)] * f);
     }
-    std::vector<float> db(static_cast<size_t>(n * H), 0.0f);
-    mat_t(D.wg, F, H, dg.data(), t0, n, db.data());
-    mat_t(D.wu, F, H, du.data(), t0, n, db.data());
-    for (int64_t t = t0; t < n; ++t) {
-      rmsnorm_backward(s.mid.data() + t * H, W.ffn_norm.data(), db.data() + t * H, tmp.data(), H, eps);
-      compute::axpy(1.0f, tmp.data(), dmid.data() + t * H, H);
-    }
+    std::vector<float> db(static_cast<size_t>(N * H), 0.0f);
+    mat_t(pool_, D.wg, F, H, dg.data(), 0, N, db.data());
+    mat_t(pool_, D.wu, F, H, du.data(), 0, N, db.data());
+    for (int64_t t = 0; t < N; ++t)
+      if (live[static_cast<size_t>(t)]) {
+        rmsnorm_backward(s.mid.data() + t * H, W.ffn_norm.data(), db.data() + t * H, tmp.data(), H, eps);
+        compute::axpy(1.0f, tmp.data(), dmid.data() + t * H, H);
+      }
     // mid = x + post_attn(z): dx_in = dmid + d(attention branch).
-    std::vector<float> dz(static_cast<size_t>(n * H), 0.0f);
-    for (int64_t t = t0; t < n; ++t)
-      rmsnorm_backward(s.z.data() + t * H, post_w(W.post_attn_norm), dmid.data() + t * H, dz.data() + t * H, H, eps);
-    std::vector<float> dobuf(static_cast<size_t>(n * qd), 0.0f);
-    mat_t(D.wo, H, qd, dz.data(), t0, n, dobuf.data());
-    std::vector<float> dq(static_cast<size_t>(n * qd), 0.0f), dk(static_cast<size_t>(n * kd), 0.0f), dv(static_cast<size_t>(n * kd), 0.0f);
-    for (int64_t t = t0; t < n; ++t)
-      for (int64_t h = 0; h < nh; ++h) {
-        const int64_t g = h / grp, lo = lc.sliding ? std::max<int64_t>(0, t - lc.window + 1) : 0;
-        const float* pr = s.p.data() + (t * nh + h) * n;
-        const float* dot_ = dobuf.data() + t * qd + h * hd;
-        std::vector<double> dp(static_cast<size_t>(t + 1), 0.0);
-        double sum = 0;
-        for (int64_t j = lo; j <= t; ++j) {
-          dp[static_cast<size_t>(j)] = compute::dot_f32(dot_, s.v.data() + j * kd + g * hd, hd);
-          sum += pr[j] * dp[static_cast<size_t>(j)];
-          compute::axpy(pr[j], dot_, dv.data() + j * kd + g * hd, hd);
-        }
-        for (int64_t j = lo; j <= t; ++j) {
-          double ds = pr[j] * (dp[static_cast<size_t>(j)] - sum);  // d score (after the softcap)
-          if (c.attn_logit_softcap > 0) {
-            const double sc = compute::dot_f32(s.q.data() + t * qd + h * hd, s.k.data() + j * kd + g * hd, hd) * c.attn_scale;
-            const double th = std::tanh(sc / c.attn_logit_softcap);
-            ds *= 1.0 - th * th;
-          }
-          ds *= c.attn_scale;
-          compute::axpy(static_cast<float>(ds), s.k.data() + j * kd + g * hd, dq.data() + t * qd + h * hd, hd);
-          compute::axpy(static_cast<float>(ds), s.q.data() + t * qd + h * hd, dk.data() + j * kd + g * hd, hd);
-        }
-      }
-    // Undo RoPE and the q/k norms, then the projections. Keys and values of positions before t0
-    // get gradient from later queries, but their rows are not varied: skipped.
-    for (int64_t t = t0; t < n; ++t) {
-      rope_back(dq.data() + t * qd, nh, hd, t, lc, c);
-      rope_back(dk.data() + t * kd, nkv, hd, t, lc, c);
-      if (c.qk_norm) {
-        std::vector<float> r(static_cast<size_t>(hd));
+    std::vector<float> dz(static_cast<size_t>(N * H), 0.0f);
+    for (int64_t t = 0; t < N; ++t)
+      if (live[static_cast<size_t>(t)])
+        rmsnorm_backward(s.z.data() + t * H, post_w(W.post_attn_norm), dmid.data() + t * H, dz.data() + t * H, H, eps);
+    std::vector<float> dobuf(static_cast<size_t>(N * qd), 0.0f);
+    mat_t(pool_, D.wo, H, qd, dz.data(), 0, N, dobuf.data());
+    std::vector<float> dq(static_cast<size_t>(N * qd), 0.0f), dk(static_cast<size_t>(N * kd), 0.0f), dv(static_cast<size_t>(N * kd), 0.0f);
+    for (size_t sq = 0; sq < ns; ++sq) {
+      const int64_t n = seqs[sq].n, b0 = off[sq];
+      for (int64_t t = t0[sq]; t < n; ++t)
         for (int64_t h = 0; h < nh; ++h) {
-          rmsnorm_backward(s.qraw.data() + t * qd + h * hd, W.q_norm.data(), dq.data() + t * qd + h * hd, r.data(), hd, eps);
-          std::copy(r.begin(), r.end(), dq.begin() + t * qd + h * hd);
+          const int64_t g = h / grp, lo = lc.sliding ? std::max<int64_t>(0, t - lc.window + 1) : 0;
+          const float* pr = s.p.data() + poff[sq] + (t * nh + h) * n;
+          const float* dot_ = dobuf.data() + (b0 + t) * qd + h * hd;
+          std::vector<double> dp(static_cast<size_t>(t + 1), 0.0);
+          double sum = 0;
+          for (int64_t j = lo; j <= t; ++j) {
+            dp[static_cast<size_t>(j)] = compute::dot_f32(dot_, s.v.data() + (b0 + j) * kd + g * hd, hd);
+            sum += pr[j] * dp[static_cast<size_t>(j)];
+            compute::axpy(pr[j], dot_, dv.data() + (b0 + j) * kd + g * hd, hd);
+          }
+          for (int64_t j = lo; j <= t; ++j) {
+            double ds = pr[j] * (dp[static_cast<size_t>(j)] - sum);  // d score (after the softcap)
+            if (c.attn_logit_softcap > 0) {
+              const double sc =
+                  compute::dot_f32(s.q.data() + (b0 + t) * qd + h * hd, s.k.data() + (b0 + j) * kd + g * hd, hd) * c.attn_scale;
+              const double th = std::tanh(sc / c.attn_logit_softcap);
+              ds *= 1.0 - th * th;
+            }
+            ds *= c.attn_scale;
+            compute::axpy(static_cast<float>(ds), s.k.data() + (b0 + j) * kd + g * hd, dq.data() + (b0 + t) * qd + h * hd, hd);
+            compute::axpy(static_cast<float>(ds), s.q.data() + (b0 + t) * qd + h * hd, dk.data() + (b0 + j) * kd + g * hd, hd);
+          }
         }
-        for (int64_t h = 0; h < nkv; ++h) {
-          rmsnorm_backward(s.kraw.data() + t * kd + h * hd, W.k_norm.data(), dk.data() + t * kd + h * hd, r.data(), hd, eps);
-          std::copy(r.begin(), r.end(), dk.begin() + t * kd + h * hd);
+      // Undo RoPE and the q/k norms (rows before from_pos: skipped, as above).
+      for (int64_t t = t0[sq]; t < n; ++t) {
+        float* dqt = dq.data() + (b0 + t) * qd;
+        float* dkt = dk.data() + (b0 + t) * kd;
+        rope_back(dqt, nh, hd, t, lc, c);
+        rope_back(dkt, nkv, hd, t, lc, c);
+        if (c.qk_norm) {
+          std::vector<float> r(static_cast<size_t>(hd));
+          for (int64_t h = 0; h < nh; ++h) {
+            rmsnorm_backward(s.qraw.data() + (b0 + t) * qd + h * hd, W.q_norm.data(), dqt + h * hd, r.data(), hd, eps);
+            std::copy(r.begin(), r.end(), dqt + h * hd);
+          }
+          for (int64_t h = 0; h < nkv; ++h) {
+            rmsnorm_backward(s.kraw.data() + (b0 + t) * kd + h * hd, W.k_norm.data(), dkt + h * hd, r.data(), hd, eps);
+            std::copy(r.begin(), r.end(), dkt + h * hd);
+          }
         }
       }
+      for (int64_t t = 0; t < t0[sq]; ++t) {  // keys and values of rows that are not varied
+        std::fill(dk.begin() + (b0 + t) * kd, dk.begin() + (b0 + t + 1) * kd, 0.0f);
+        std::fill(dv.begin() + (b0 + t) * kd, dv.begin() + (b0 + t + 1) * kd, 0.0f);
+      }
     }
-    std::vector<float> da(static_cast<size_t>(n * H), 0.0f);
-    mat_t(D.wq, qd, H, dq.data(), t0, n, da.data());
-    mat_t(D.wk, kd, H, dk.data(), t0, n, da.data());
-    mat_t(D.wv, kd, H, dv.data(), t0, n, da.data());
-    dx.assign(static_cast<size_t>(n * H), 0.0f);
-    for (int64_t t = t0; t < n; ++t) {
-      rmsnorm_backward(s.x.data() + t * H, W.attn_norm.data(), da.data() + t * H, tmp.data(), H, eps);
-      for (int64_t i = 0; i < H; ++i) dx[static_cast<size_t>(t * H + i)] = dmid[static_cast<size_t>(t * H + i)] + tmp[static_cast<size_t>(i)];
-    }
+    std::vector<float> da(static_cast<size_t>(N * H), 0.0f);
+    mat_t(pool_, D.wq, qd, H, dq.data(), 0, N, da.data());
+    mat_t(pool_, D.wk, kd, H, dk.data(), 0, N, da.data());
+    mat_t(pool_, D.wv, kd, H, dv.data(), 0, N, da.data());
+    std::fill(dx.begin(), dx.end(), 0.0f);
+    for (int64_t t = 0; t < N; ++t)
+      if (live[static_cast<size_t>(t)]) {
+        rmsnorm_backward(s.x.data() + t * H, W.attn_norm.data(), da.data() + t * H, tmp.data(), H, eps);
+        for (int64_t i = 0; i < H; ++i) dx[static_cast<size_t>(t * H + i)] = dmid[static_cast<size_t>(t * H + i)] + tmp[static_cast<size_t>(i)];
+      }
   }
-  *grad = std::move(dx);
-  return lp;
+  grads->assign(ns, {});
+  for (size_t sq = 0; sq < ns; ++sq) (*grads)[sq].assign(dx.begin() + off[sq] * H, dx.begin() + off[sq + 1] * H);
+  return out;
 }
 
 }  // namespace larql::lql

@@ -1,6 +1,6 @@
 // The layers after an edit's layer, in f32, forward and back: the gradient of a prompt's
 // log-probability of a token with respect to the residual rows entering those layers. INSERT ...
-// MODE SUBJECT follows it to choose its feature's down column (docs/lql.md "MODE SUBJECT").
+// MODE SUBJECT follows it to choose its feature's down column (docs/lql.md "Knowledge edits").
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,18 @@ class EditTail {
   /// backward pass skipped. `top1` (non-null) receives the argmax token at the last position.
   double logprob(const std::vector<float>& x, int64_t n, int64_t target, std::vector<float>* grad = nullptr,
                  int64_t from_pos = 0, int64_t* top1 = nullptr) const;
+
+  /// One sequence of a batch: its residual rows ([n][hidden]), token count, target and from_pos
+  /// (as logprob's).
+  struct TailSeq {
+    const std::vector<float>* x;
+    int64_t n, target, from_pos;
+  };
+  /// logprob for several sequences at once: the batch's tokens go through each layer together,
+  /// so its matrices are read once per layer instead of once per sequence. `grads` and `top1`
+  /// (non-null) receive one entry per sequence.
+  std::vector<double> logprobs(const std::vector<TailSeq>& seqs, std::vector<std::vector<float>>* grads = nullptr,
+                               std::vector<int64_t>* top1 = nullptr) const;
 
   int64_t first() const { return first_; }
 

@@ -376,7 +376,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
     throw Error(ErrorKind::InvalidArgument,
                 "INSERT at " + st.confidence_pos.str() +
                     ": CONFIDENCE weighs a KNN fact against the model (MODE KNN); a " +
-                    std::string(mode == InsertMode::Robust ? "ROBUST" : "COMPOSE") +
+                    std::string(mode == InsertMode::Robust ? "ROBUST" : mode == InsertMode::Subject ? "SUBJECT" : "COMPOSE") +
                     " fact is written into the weights, its strength is ALPHA");
   if (mode == InsertMode::Knn && st.alpha)
     throw Error(ErrorKind::InvalidArgument,
@@ -412,6 +412,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
     return t;
   }
   if (mode == InsertMode::Robust) return exec_insert_robust(s, st, std::move(op), std::move(t), t0);
+  if (mode == InsertMode::Subject) return exec_insert_subject(s, st, std::move(op), std::move(t), t0);
   // COMPOSE: one FFN feature whose gate fires on this prompt's FFN input and whose down column
   // writes the target's output direction (its lm_head row).
   const std::vector<float> x0 = ffn_in(s, prompt, layer);

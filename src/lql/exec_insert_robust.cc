@@ -207,6 +207,11 @@ std::string fact_memo_key(int64_t layer, const std::string& entity, const std::s
 
 }  // namespace
 
+const std::vector<std::vector<float>>& insert_background(Session& s, int64_t layer) { return background(s, layer); }
+std::vector<double> insert_whiten(Session& s, int64_t layer, const std::vector<double>& v) { return whiten(s, layer, v); }
+std::vector<std::string> insert_invented_entities() { return {std::begin(kInvented), std::end(kInvented)}; }
+std::vector<std::string> insert_templates() { return {std::begin(kTemplates), std::end(kTemplates)}; }
+
 Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, std::chrono::steady_clock::time_point t0) {
   EditState& ed = s.edits();
   const int64_t hidden = s.index().hidden_size, layer = op.layer, target = op.target_id;
@@ -250,22 +255,9 @@ Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, 
   // 2. r = k minus its projection on the decoys' span (modified Gram-Schmidt).
   std::vector<std::vector<float>> generic;
   for (const auto& p : insert_decoy_prompts()) generic.push_back(base_in(s, p, layer));
-  std::vector<std::vector<double>> basis;
-  auto project_out = [&](std::vector<double>& v) {
-    for (const auto& b : basis) {
-      double p = 0;
-      for (int64_t i = 0; i < hidden; ++i) p += v[static_cast<size_t>(i)] * b[static_cast<size_t>(i)];
-      for (int64_t i = 0; i < hidden; ++i) v[static_cast<size_t>(i)] -= p * b[static_cast<size_t>(i)];
-    }
-  };
-  auto add_basis = [&](std::vector<double> q) {
-    const double n0 = std::sqrt(std::inner_product(q.begin(), q.end(), q.begin(), 0.0));
-    project_out(q);
-    const double n = std::sqrt(std::inner_product(q.begin(), q.end(), q.begin(), 0.0));
-    if (n < 1e-6 * (1.0 + n0)) return;
-    for (double& v : q) v /= n;
-    basis.push_back(std::move(q));
-  };
+  SpanBasis basis;
+  auto project_out = [&](std::vector<double>& v) { basis.project_out(v); };
+  auto add_basis = [&](std::vector<double> q) { basis.add(std::move(q)); };
   for (const auto& d : generic) add_basis(std::vector<double>(d.begin(), d.end()));
   for (const auto& d : dec) add_basis(std::vector<double>(d.begin(), d.end()));
   for (auto& e : earlier) add_basis(std::move(e.second));

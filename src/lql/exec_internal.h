@@ -2,6 +2,8 @@
 // ORDER BY, LIMIT and field lists share. Not part of the library's interface.
 #pragma once
 
+#include <cmath>
+
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -164,6 +166,44 @@ std::vector<float> insert_down_column(Session& s, int64_t layer, int64_t feature
 /// The index of the coordinate steadiest over `xs` that a gate can use as its bias (docs/lql.md
 /// COMPOSE step 2), or -1 when none varies less than 5%.
 int64_t insert_steady_coordinate(const std::vector<const std::vector<float>*>& xs, const std::vector<float>& x0);
+/// An orthonormal basis grown by modified Gram-Schmidt (ROBUST's and SUBJECT's projection off the
+/// decoys' span): add() keeps the part of a vector outside the span, normalised (dropped when it
+/// is under 1e-6 of the vector's norm); project_out() removes the span from a vector in place.
+struct SpanBasis {
+  std::vector<std::vector<double>> rows;
+  void project_out(std::vector<double>& v) const {
+    for (const auto& b : rows) {
+      double p = 0;
+      for (size_t i = 0; i < v.size(); ++i) p += v[i] * b[i];
+      for (size_t i = 0; i < v.size(); ++i) v[i] -= p * b[i];
+    }
+  }
+  void add(std::vector<double> q) {
+    double n0 = 0, n = 0;
+    for (double x : q) n0 += x * x;
+    project_out(q);
+    for (double x : q) n += x * x;
+    n0 = std::sqrt(n0), n = std::sqrt(n);
+    if (n < 1e-6 * (1.0 + n0)) return;
+    for (double& x : q) x /= n;
+    rows.push_back(std::move(q));
+  }
+};
+// ROBUST's parts that MODE SUBJECT reuses (exec_insert_robust.cc).
+/// The FFN inputs at `layer` of every position but BOS of ordinary text and the decoy prompts,
+/// on the base model (memoised): [rows][hidden].
+const std::vector<std::vector<float>>& insert_background(Session& s, int64_t layer);
+/// (C + lambda I)^-1 v, C the second moment of insert_background's rows (lambda = 0.05 x its
+/// mean eigenvalue; the factor memoised per layer).
+std::vector<double> insert_whiten(Session& s, int64_t layer, const std::vector<double>& v);
+/// ROBUST's 8 invented decoy names (none is an entity of data/edit_eval).
+std::vector<std::string> insert_invented_entities();
+/// ROBUST's templates of a (relation, entity) statement ("The {r} of {e} is", ...; the first is
+/// the canonical prompt), with {r} and {e} unfilled.
+std::vector<std::string> insert_templates();
+/// MODE SUBJECT (exec_insert_subject.cc): as exec_insert_robust; `op.layer` is replaced by the
+/// mode's own default unless the statement has AT LAYER.
+Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t, std::chrono::steady_clock::time_point t0);
 std::vector<std::string> insert_decoy_prompts();
 std::vector<std::string> insert_decoy_entities();
 std::string insert_expert_suffix(Session& s, int64_t layer, int64_t feature);

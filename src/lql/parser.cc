@@ -595,7 +595,8 @@ class Parser {
         if (accept_word("KNN")) s.mode = InsertMode::Knn;
         else if (accept_word("COMPOSE")) s.mode = InsertMode::Compose;
         else if (accept_word("ROBUST")) s.mode = InsertMode::Robust;
-        else fail_expected("KNN, COMPOSE or ROBUST");
+        else if (accept_word("SUBJECT")) s.mode = InsertMode::Subject;
+        else fail_expected("KNN, COMPOSE, ROBUST or SUBJECT");
       } else {
         break;
       }

@@ -178,7 +178,11 @@ std::string to_lql(const Statement& st) {
                  ", " + quote(b.target) + ")" + (b.layer ? " AT LAYER " + std::to_string(*b.layer) : std::string()) +
                  (b.confidence ? " CONFIDENCE " + number(*b.confidence) : std::string()) +
                  (b.alpha ? " ALPHA " + number(*b.alpha) : std::string()) +
-                 (b.mode ? (*b.mode == InsertMode::Knn ? " MODE KNN" : *b.mode == InsertMode::Robust ? " MODE ROBUST" : " MODE COMPOSE") : "");
+                 (b.mode ? (*b.mode == InsertMode::Knn      ? " MODE KNN"
+                            : *b.mode == InsertMode::Robust ? " MODE ROBUST"
+                            : *b.mode == InsertMode::Subject ? " MODE SUBJECT"
+                                                             : " MODE COMPOSE")
+                  : "");
         } else if constexpr (std::is_same_v<T, UpdateStmt>) {
           std::string out = "UPDATE EDGES SET ";
           for (size_t i = 0; i < b.set.size(); ++i) out += (i ? ", " : "") + b.set[i].field + " = " + value(b.set[i].value);

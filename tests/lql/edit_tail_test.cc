@@ -101,6 +101,28 @@ TEST(EditTail, GradientMatchesFiniteDifferences) {
   }
 }
 
+TEST(EditTail, ABatchGivesEachSequenceItsOwnResult) {
+  Fixture fx;
+  const auto& c = fx.model->config();
+  const int64_t H = c.hidden, n = static_cast<int64_t>(kTokens.size());
+  auto [rows, logits] = fx.engine(2);
+  EditTail tail(*fx.model, 2, fx.pool);
+  // A second sequence: the first 6 rows (a prefix is a sequence of its own: causal attention).
+  const std::vector<float> short_rows(rows.begin(), rows.begin() + 6 * H);
+  std::vector<float> g_long, g_short;
+  const double lp_long = tail.logprob(rows, n, 270, &g_long, 3);
+  const double lp_short = tail.logprob(short_rows, 6, 5, &g_short, 1);
+  std::vector<std::vector<float>> grads;
+  std::vector<int64_t> tops;
+  const auto lps = tail.logprobs({{&short_rows, 6, 5, 1}, {&rows, n, 270, 3}}, &grads, &tops);
+  ASSERT_EQ(lps.size(), 2u);
+  EXPECT_NEAR(lps[0], lp_short, 1e-5);
+  EXPECT_NEAR(lps[1], lp_long, 1e-5);
+  EXPECT_NE(lp_short, lp_long);
+  for (size_t i = 0; i < g_short.size(); ++i) EXPECT_NEAR(grads[0][i], g_short[i], 1e-5 + 1e-4 * std::fabs(g_short[i])) << i;
+  for (size_t i = 0; i < g_long.size(); ++i) EXPECT_NEAR(grads[1][i], g_long[i], 1e-5 + 1e-4 * std::fabs(g_long[i])) << i;
+}
+
 TEST(EditTail, RmsnormBackwardMatchesFiniteDifferences) {
   const std::vector<float> x = {0.3f, -1.2f, 2.0f, 0.05f}, w = {1.0f, 0.5f, 2.0f, -1.0f}, dy = {0.7f, -0.2f, 0.1f, 1.5f};
   std::vector<float> dx(4);

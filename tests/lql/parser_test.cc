@@ -252,7 +252,7 @@ TEST(ParserTest, InsertModeAndInferVerify) {
   EXPECT_EQ(both.layer.value(), 4);
   EXPECT_EQ(both.mode.value(), InsertMode::Knn);
   EXPECT_EQ(one<InsertStmt>(ins + " MODE Robust ALPHA 2").mode.value(), InsertMode::Robust);
-  EXPECT_NE(error_of(ins + " MODE FAST").find("expected KNN, COMPOSE or ROBUST at 1:74"), std::string::npos) << error_of(ins + " MODE FAST");
+  EXPECT_NE(error_of(ins + " MODE FAST").find("expected KNN, COMPOSE, ROBUST or SUBJECT at 1:74"), std::string::npos) << error_of(ins + " MODE FAST");
   EXPECT_NE(error_of(ins + " MODE KNN MODE KNN").find("MODE given twice at 1:78"), std::string::npos) << error_of(ins + " MODE KNN MODE KNN");
   EXPECT_TRUE(one<InferStmt>("INFER \"x\"").verify);
   EXPECT_FALSE(one<InferStmt>("INFER \"x\" VERIFY OFF TOP 3").verify);
