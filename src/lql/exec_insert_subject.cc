@@ -42,6 +42,7 @@ constexpr double kThreshold = 0.5, kBackgroundMargin = 1.5;  // as ROBUST's
 constexpr double kPreActivation = 8.0;
 constexpr int kSteps = 25;
 constexpr double kLr = 0.5, kStopP = 0.9, kDecay = 1e-4;
+constexpr int64_t kMaxPromptTokens = 48;
 
 // A template filled in, and where the entity ends in it (bytes).
 std::pair<std::string, size_t> fill_at(const std::string& tmpl, const std::string& relation, const std::string& entity) {
@@ -140,6 +141,12 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     for (const auto& tp : templates) {
       auto [text, end] = fill_at(std::string(pre) + tp, st.relation, st.entity);
       runs.push_back(subject_run(s, text, end, layer, false));
+      // The gradient keeps every layer's activations of all 12 prompts (~0.8 MB a token for the
+      // default model): a bound before it is allocated.
+      if (runs.back().n > kMaxPromptTokens)
+        throw Error(ErrorKind::InvalidArgument, "INSERT ... MODE SUBJECT: \"" + text.substr(0, 80) + (text.size() > 80 ? "..." : "") +
+                                                    "\" is " + std::to_string(runs.back().n) + " tokens; the mode's prompts may be at most " +
+                                                    std::to_string(kMaxPromptTokens) + " (a shorter entity or relation)");
     }
   // 2. The decoys' subject rows (base model, memoised per relation and layer, first prefix only).
   std::vector<std::string> names = insert_decoy_entities();
@@ -216,8 +223,11 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     op.up[static_cast<size_t>(i)] = static_cast<float>(r[static_cast<size_t>(i)] / (s_mean * kPreActivation));
   }
   {
-    std::vector<std::vector<float>> xs;
-    for (const auto& run : runs) xs.push_back(run.x);
+    // The slot: the feature ordinary text and the decoys use least (what overwriting it takes from
+    // every other prompt). Chosen over the fact's own prompts instead, it took features ordinary
+    // text uses: 100 facts alone kept 80.8-94.4% of the real-fact prompts, perplexity +3-9%.
+    std::vector<std::vector<float>> xs = insert_background(s, layer);
+    for (const auto& d : decoys) xs.push_back(d);
     op.feature = insert_pick_slot(s, layer, xs, runs[0].x);
   }
   // 4. The down column.
