@@ -29,7 +29,7 @@ const std::vector<StatementHelp>& statement_help() {
       {"TRACE \"prompt\" [FOR \"token\"] [LAYERS a-b] [POSITIONS ALL | LAST] [DECOMPOSE]",
        "TRACE \"The capital of France is\" FOR \"Paris\" DECOMPOSE"},
       {"INSERT INTO EDGES (entity, relation, target) VALUES (\"e\", \"r\", \"t\") [AT LAYER n] "
-       "[MODE COMPOSE [ALPHA x] | MODE ROBUST [ALPHA x] | MODE KNN [CONFIDENCE x]]",
+       "[MODE COMPOSE [ALPHA x] | MODE ROBUST [ALPHA x] | MODE SUBJECT [ALPHA x] | MODE KNN [CONFIDENCE x]]",
        "INSERT INTO EDGES (entity, relation, target) VALUES (\"Atlantis\", \"capital\", \"Poseidonia\")"},
       {"UPDATE EDGES SET target = \"token\" WHERE cond", "UPDATE EDGES SET target = \"Lyon\" WHERE layer = 12 AND feature = 7"},
       {"DELETE FROM EDGES WHERE cond", "DELETE FROM EDGES WHERE layer = 12 AND feature = 8"},
