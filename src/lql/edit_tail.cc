@@ -29,13 +29,12 @@ void mat(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in,
       for (int64_t t = 0; t < n; ++t) y[t * out + o] = compute::dot_f32(w.data() + o * in, x + t * in, in);
   }, 16);
 }
-// dx[t][i] += sum_o W[o][i] dy[t][o] for t in [t0, n): the columns split across the pool, each
-// thread reading every row of W once.
-void mat_t(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* dy, int64_t t0, int64_t n,
-           float* dx) {
+// dx[t][i] += sum_o W[o][i] dy[t][o] for t < n (zero entries of dy skipped): the columns split
+// across the pool, each thread reading every row of W once.
+void mat_t(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* dy, int64_t n, float* dx) {
   pool.parallel_for(in, [&](int64_t i0, int64_t i1) {
     for (int64_t o = 0; o < out; ++o)
-      for (int64_t t = t0; t < n; ++t) {
+      for (int64_t t = 0; t < n; ++t) {
         const float g = dy[t * out + o];
         if (g != 0.0f) compute::axpy(g, w.data() + o * in + i0, dx + t * in + i0, i1 - i0);
       }
@@ -273,7 +272,7 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
       if (live[static_cast<size_t>(t)])
         rmsnorm_backward(s.m.data() + t * H, post_w(W.post_ffn_norm), dx.data() + t * H, dm.data() + t * H, H, eps);
     std::vector<float> dact(static_cast<size_t>(N * F), 0.0f);
-    mat_t(pool_, D.wd, H, F, dm.data(), 0, N, dact.data());
+    mat_t(pool_, D.wd, H, F, dm.data(), N, dact.data());
     std::vector<float> dg(static_cast<size_t>(N * F), 0.0f), du(static_cast<size_t>(N * F), 0.0f);
     for (int64_t i = 0; i < N * F; ++i) {
       if (dact[static_cast<size_t>(i)] == 0.0f) continue;
@@ -284,8 +283,8 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
       du[static_cast<size_t>(i)] = static_cast<float>(dact[static_cast<size_t>(i)] * f);
     }
     std::vector<float> db(static_cast<size_t>(N * H), 0.0f);
-    mat_t(pool_, D.wg, F, H, dg.data(), 0, N, db.data());
-    mat_t(pool_, D.wu, F, H, du.data(), 0, N, db.data());
+    mat_t(pool_, D.wg, F, H, dg.data(), N, db.data());
+    mat_t(pool_, D.wu, F, H, du.data(), N, db.data());
     for (int64_t t = 0; t < N; ++t)
       if (live[static_cast<size_t>(t)]) {
         rmsnorm_backward(s.mid.data() + t * H, W.ffn_norm.data(), db.data() + t * H, tmp.data(), H, eps);
@@ -297,7 +296,7 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
       if (live[static_cast<size_t>(t)])
         rmsnorm_backward(s.z.data() + t * H, post_w(W.post_attn_norm), dmid.data() + t * H, dz.data() + t * H, H, eps);
     std::vector<float> dobuf(static_cast<size_t>(N * qd), 0.0f);
-    mat_t(pool_, D.wo, H, qd, dz.data(), 0, N, dobuf.data());
+    mat_t(pool_, D.wo, H, qd, dz.data(), N, dobuf.data());
     std::vector<float> dq(static_cast<size_t>(N * qd), 0.0f), dk(static_cast<size_t>(N * kd), 0.0f), dv(static_cast<size_t>(N * kd), 0.0f);
     for (size_t sq = 0; sq < ns; ++sq) {
       const int64_t n = seqs[sq].n, b0 = off[sq];
@@ -350,9 +349,9 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
       }
     }
     std::vector<float> da(static_cast<size_t>(N * H), 0.0f);
-    mat_t(pool_, D.wq, qd, H, dq.data(), 0, N, da.data());
-    mat_t(pool_, D.wk, kd, H, dk.data(), 0, N, da.data());
-    mat_t(pool_, D.wv, kd, H, dv.data(), 0, N, da.data());
+    mat_t(pool_, D.wq, qd, H, dq.data(), N, da.data());
+    mat_t(pool_, D.wk, kd, H, dk.data(), N, da.data());
+    mat_t(pool_, D.wv, kd, H, dv.data(), N, da.data());
     std::fill(dx.begin(), dx.end(), 0.0f);
     for (int64_t t = 0; t < N; ++t)
       if (live[static_cast<size_t>(t)]) {

@@ -293,6 +293,7 @@ std::vector<float> insert_down_column(Session& s, int64_t layer, int64_t feature
 int64_t insert_steady_coordinate(const std::vector<const std::vector<float>*>& xs, const std::vector<float>& x0) {
   return steady_coordinate(xs, x0);
 }
+std::string insert_lower(std::string s) { return lower(std::move(s)); }
 std::vector<std::string> insert_decoy_prompts() { return {std::begin(kDecoys), std::end(kDecoys)}; }
 std::vector<std::string> insert_decoy_entities() { return {std::begin(kEntities), std::end(kEntities)}; }
 std::string insert_expert_suffix(Session& s, int64_t layer, int64_t feature) { return expert_suffix(s, layer, feature); }

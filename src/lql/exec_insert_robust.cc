@@ -63,10 +63,7 @@ constexpr double kMargin = 2.0;      // COMPOSE's margin over the least balanced
 // 6 -> 36 took the 100-fact subset from 96 / 72.7 / 85.8% to 97 / 75.7 / 90.6%).
 constexpr double kPreActivation = 36.0;
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+std::string lower(std::string s) { return insert_lower(std::move(s)); }
 
 std::string fill(const char* tmpl, const std::string& relation, const std::string& entity) {
   std::string r = relation;
@@ -207,6 +204,7 @@ std::string fact_memo_key(int64_t layer, const std::string& entity, const std::s
 
 }  // namespace
 
+std::vector<double> insert_mean_rows(const std::vector<std::vector<float>>& rows, int64_t hidden) { return mean_rows(rows, hidden); }
 const std::vector<std::vector<float>>& insert_background(Session& s, int64_t layer) { return background(s, layer); }
 std::vector<double> insert_whiten(Session& s, int64_t layer, const std::vector<double>& v) { return whiten(s, layer, v); }
 std::vector<std::string> insert_invented_entities() { return {std::begin(kInvented), std::end(kInvented)}; }

@@ -151,11 +151,7 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   // 2. The decoys' subject rows (base model, memoised per relation and layer, first prefix only).
   std::vector<std::string> names = insert_decoy_entities();
   for (const auto& n : insert_invented_entities()) names.push_back(n);
-  auto lower = [](std::string v) {
-    for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return v;
-  };
-  std::erase_if(names, [&](const std::string& n) { return lower(n) == lower(st.entity); });
+  std::erase_if(names, [&](const std::string& n) { return insert_lower(n) == insert_lower(st.entity); });
   std::vector<std::vector<float>> decoys;
   {
     auto& memo = s.edits().memo->base_ffn_in;
@@ -200,11 +196,7 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
                                                 ", ordinary text's up to " + std::to_string(bg_max) + ")");
   std::vector<double> bias;
   {
-    std::vector<double> mu(static_cast<size_t>(H), 0.0);
-    const auto& bg = insert_background(s, layer);
-    for (const auto& x : bg)
-      for (int64_t i = 0; i < H; ++i) mu[static_cast<size_t>(i)] += x[static_cast<size_t>(i)] / static_cast<double>(bg.size());
-    bias = insert_whiten(s, layer, mu);
+    bias = insert_whiten(s, layer, insert_mean_rows(insert_background(s, layer), H));
     std::vector<float> xm(static_cast<size_t>(H), 0.0f);
     for (const auto& run : runs)
       for (int64_t i = 0; i < H; ++i) xm[static_cast<size_t>(i)] += run.x[static_cast<size_t>(i)] / static_cast<float>(runs.size());

@@ -205,6 +205,10 @@ std::vector<std::string> insert_templates();
 /// mode's own default unless the statement has AT LAYER.
 Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t, std::chrono::steady_clock::time_point t0);
 std::vector<std::string> insert_decoy_prompts();
+/// ASCII lower case: how edits compare entity and relation names.
+std::string insert_lower(std::string s);
+/// The element-wise mean of `rows` ([n][hidden] -> [hidden]).
+std::vector<double> insert_mean_rows(const std::vector<std::vector<float>>& rows, int64_t hidden);
 std::vector<std::string> insert_decoy_entities();
 std::string insert_expert_suffix(Session& s, int64_t layer, int64_t feature);
 Table exec_update(Session& s, const UpdateStmt& st, Pos pos);
