@@ -391,7 +391,7 @@ Table exec_insert(Session& s, const InsertStmt& st, Pos pos) {
   t.statement = "INSERT";
   if (target_tokens > 1)
     t.notes.push_back("the target is " + std::to_string(target_tokens) + " tokens; only the first, \"" +
-                      s.tokenizer().decode({target}) + "\", is taught: it becomes the next token, the rest of the target does not follow");
+                      s.tokenizer().decode({static_cast<int>(target)}) + "\", is taught: it becomes the next token, the rest of the target does not follow");
   t.columns = {{"entity"}, {"relation"}, {"target"}, {"target_id", Column::Type::Int}, {"mode"}, {"layer", Column::Type::Int},
                {"feature", Column::Type::Int}, {"probability", Column::Type::Float, 4}, {"probes", Column::Type::Int},
                {"ms", Column::Type::Float, 1}};
