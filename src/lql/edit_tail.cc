@@ -21,24 +21,43 @@ std::vector<float> dense(const TensorView& w, const char* what, int64_t layer) {
   return out;
 }
 
-// y[t][o] = sum_i W[o][i] x[t][i] for t < n (W [out][in]). Each row of W is read once for every
-// token (the tokens' rows stay in cache), the rows split across the pool.
+// y[t][o] = sum_i W[o][i] x[t][i] for t < n (W [out][in]). Four rows of W against each token's
+// row at a time (compute::dot_f32_rows: the token's row loaded once for the four), the rows of W
+// split across the pool.
 void mat(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* x, int64_t n, float* y) {
-  pool.parallel_for(out, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o)
-      for (int64_t t = 0; t < n; ++t) y[t * out + o] = compute::dot_f32(w.data() + o * in, x + t * in, in);
-  }, 16);
-}
-// dx[t][i] += sum_o W[o][i] dy[t][o] for t < n (zero entries of dy skipped): the columns split
-// across the pool, each thread reading every row of W once.
-void mat_t(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* dy, int64_t n, float* dx) {
-  pool.parallel_for(in, [&](int64_t i0, int64_t i1) {
-    for (int64_t o = 0; o < out; ++o)
+  pool.parallel_for((out + 3) / 4, [&](int64_t b0, int64_t b1) {
+    float r[4];
+    for (int64_t o = b0 * 4; o < std::min(out, b1 * 4); o += 4) {
+      const int64_t k = std::min<int64_t>(4, out - o);
       for (int64_t t = 0; t < n; ++t) {
-        const float g = dy[t * out + o];
-        if (g != 0.0f) compute::axpy(g, w.data() + o * in + i0, dx + t * in + i0, i1 - i0);
+        compute::dot_f32_rows(w.data() + o * in, k, x + t * in, in, r);
+        for (int64_t j = 0; j < k; ++j) y[t * out + o + j] = r[j];
       }
-  }, 16);
+    }
+  }, 4);
+}
+// dx[t][i] += sum_o W[o][i] dy[t][o] for t < n: the columns split across the pool in blocks of
+// 64, each block's n rows summed in a buffer that stays in L1 (compute::axpy_rows: W's piece
+// loaded once for four tokens), a row of W whose dy is 0 for every token skipped.
+void mat_t(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* dy, int64_t n, float* dx) {
+  constexpr int64_t kBlock = 64;
+  std::vector<char> any(static_cast<size_t>(out), 0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t o = 0; o < out; ++o) any[static_cast<size_t>(o)] |= dy[t * out + o] != 0.0f;
+  pool.parallel_for((in + kBlock - 1) / kBlock, [&](int64_t b0, int64_t b1) {
+    std::vector<float> acc(static_cast<size_t>(n * kBlock)), a(static_cast<size_t>(n));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i0 = b * kBlock, len = std::min(kBlock, in - i0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t o = 0; o < out; ++o) {
+        if (!any[static_cast<size_t>(o)]) continue;
+        for (int64_t t = 0; t < n; ++t) a[static_cast<size_t>(t)] = dy[t * out + o];
+        compute::axpy_rows(a.data(), w.data() + o * in + i0, acc.data(), n, len);
+      }
+      // acc's rows have stride len (axpy_rows' y is [n][len]).
+      for (int64_t t = 0; t < n; ++t) compute::axpy(1.0f, acc.data() + t * len, dx + t * in + i0, len);
+    }
+  }, 1);
 }
 
 // The rotation RoPE applied at `pos` (compute::rope_neox / rope_adjacent's angles), undone:
@@ -108,7 +127,18 @@ double EditTail::logprob(const std::vector<float>& x, int64_t n, int64_t target,
 }
 
 std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::vector<std::vector<float>>* grads,
-                                       std::vector<int64_t>* top1) const {
+                                       std::vector<int64_t>* top1, const std::vector<Prefix>* prefix) const {
+  return run(seqs, grads, top1, prefix, nullptr);
+}
+
+std::vector<EditTail::Prefix> EditTail::prefixes(const std::vector<TailSeq>& seqs) const {
+  std::vector<Prefix> out;
+  run(seqs, nullptr, nullptr, nullptr, &out);
+  return out;
+}
+
+std::vector<double> EditTail::run(const std::vector<TailSeq>& seqs, std::vector<std::vector<float>>* grads, std::vector<int64_t>* top1,
+                                  const std::vector<Prefix>* prefix, std::vector<Prefix>* prefix_out) const {
   const ModelConfig& c = model_.config();
   const int64_t H = c.hidden, F = c.ffn, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, qd = c.q_dim(),
                 kd = c.kv_dim(), grp = nh / nkv;
@@ -116,21 +146,46 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
   const size_t nl = layers_.size(), ns = seqs.size();
   const float* no_w = nullptr;
   auto post_w = [&](const std::vector<float>& w) { return c.post_norms ? w.data() : no_w; };
-  // The sequences' tokens stacked: token T of sequence q is row off[q] + T; the attention
-  // probabilities of its head h over the sequence's positions start at poff[q] + (T nh + h) n_q.
-  std::vector<int64_t> off(ns + 1, 0), poff(ns + 1, 0), t0(ns);
+  if (prefix && prefix->size() != ns)
+    throw Error(ErrorKind::InvalidArgument, "EditTail: " + std::to_string(prefix->size()) + " prefixes for " + std::to_string(ns) + " sequences");
+  // Rows computed: positions a0[q]..n-1 of sequence q (a0 = from_pos with a prefix, else 0),
+  // stacked: position T of sequence q is row off[q] + T - a0[q]. The attention probabilities of
+  // its head h over the sequence's n positions start at poff[q] + ((T - a0) nh + h) n.
+  std::vector<int64_t> off(ns + 1, 0), poff(ns + 1, 0), t0(ns), a0(ns, 0);
   for (size_t q = 0; q < ns; ++q) {
-    off[q + 1] = off[q] + seqs[q].n;
-    poff[q + 1] = poff[q] + seqs[q].n * nh * seqs[q].n;
     t0[q] = std::clamp<int64_t>(seqs[q].from_pos, 0, seqs[q].n - 1);
+    if (prefix) {
+      if ((*prefix)[q].from_pos != t0[q] || (*prefix)[q].k.size() != nl)
+        throw Error(ErrorKind::InvalidArgument, "EditTail: prefix " + std::to_string(q) + " was made for another sequence");
+      a0[q] = t0[q];
+    }
+    const int64_t na = seqs[q].n - a0[q];
+    off[q + 1] = off[q] + na;
+    poff[q + 1] = poff[q] + na * nh * seqs[q].n;
   }
   const int64_t N = off[ns];
+  // Key and value rows of position j of sequence q at layer li (a prefix's below a0).
+  auto key = [&](size_t q, size_t li, const std::vector<float>& k, int64_t j) {
+    return j < a0[q] ? (*prefix)[q].k[li].data() + j * kd : k.data() + (off[q] + j - a0[q]) * kd;
+  };
+  auto val = [&](size_t q, size_t li, const std::vector<float>& v, int64_t j) {
+    return j < a0[q] ? (*prefix)[q].v[li].data() + j * kd : v.data() + (off[q] + j - a0[q]) * kd;
+  };
   struct Saved {
     std::vector<float> x, a, qraw, kraw, q, k, v, p, o, z, mid, b, g, u, act, m;
   };
   std::vector<Saved> sv(nl);
   std::vector<float> x(static_cast<size_t>(N * H));
-  for (size_t q = 0; q < ns; ++q) std::copy(seqs[q].x->begin(), seqs[q].x->begin() + seqs[q].n * H, x.begin() + off[q] * H);
+  for (size_t q = 0; q < ns; ++q)
+    std::copy(seqs[q].x->begin() + a0[q] * H, seqs[q].x->begin() + seqs[q].n * H, x.begin() + off[q] * H);
+  if (prefix_out) {
+    prefix_out->assign(ns, {});
+    for (size_t q = 0; q < ns; ++q) {
+      (*prefix_out)[q].from_pos = t0[q];
+      (*prefix_out)[q].k.resize(nl);
+      (*prefix_out)[q].v.resize(nl);
+    }
+  }
   auto add_normed = [&](const std::vector<float>& src, const float* w, std::vector<float>& dst) {  // dst += norm(src) per row
     std::vector<float> y(static_cast<size_t>(H));
     for (int64_t t = 0; t < N; ++t) {
@@ -166,8 +221,8 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
     s.p.assign(static_cast<size_t>(poff[ns]), 0.0f);
     s.o.assign(static_cast<size_t>(N * qd), 0.0f);
     for (size_t sq = 0; sq < ns; ++sq) {
-      const int64_t n = seqs[sq].n, b0 = off[sq];
-      for (int64_t t = 0; t < n; ++t) {
+      const int64_t n = seqs[sq].n, b0 = off[sq] - a0[sq];  // row of position t: b0 + t
+      for (int64_t t = a0[sq]; t < n; ++t) {
         if (c.qk_norm) {
           compute::rmsnorm_rows(s.q.data() + (b0 + t) * qd, W.q_norm.data(), nh, hd, eps);
           compute::rmsnorm_rows(s.k.data() + (b0 + t) * kd, W.k_norm.data(), nkv, hd, eps);
@@ -175,14 +230,18 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
         rope(s.q.data() + (b0 + t) * qd, nh, hd, t, lc.rope_base, lc.rope_freq_scale, factors, c.rope_attn_factor);
         rope(s.k.data() + (b0 + t) * kd, nkv, hd, t, lc.rope_base, lc.rope_freq_scale, factors, c.rope_attn_factor);
       }
+      if (prefix_out) {
+        (*prefix_out)[sq].k[li].assign(s.k.begin() + b0 * kd, s.k.begin() + (b0 + t0[sq]) * kd);
+        (*prefix_out)[sq].v[li].assign(s.v.begin() + b0 * kd, s.v.begin() + (b0 + t0[sq]) * kd);
+      }
       // Attention probabilities (0 where a position is not visible).
-      for (int64_t t = 0; t < n; ++t)
+      for (int64_t t = a0[sq]; t < n; ++t)
         for (int64_t h = 0; h < nh; ++h) {
           const int64_t g = h / grp, lo = lc.sliding ? std::max<int64_t>(0, t - lc.window + 1) : 0;
-          float* pr = s.p.data() + poff[sq] + (t * nh + h) * n;
+          float* pr = s.p.data() + poff[sq] + ((t - a0[sq]) * nh + h) * n;
           double mx = -1e300;
           for (int64_t j = lo; j <= t; ++j) {
-            double sc = static_cast<double>(compute::dot_f32(s.q.data() + (b0 + t) * qd + h * hd, s.k.data() + (b0 + j) * kd + g * hd, hd)) *
+            double sc = static_cast<double>(compute::dot_f32(s.q.data() + (b0 + t) * qd + h * hd, key(sq, li, s.k, j) + g * hd, hd)) *
                         c.attn_scale;
             if (c.attn_logit_softcap > 0) sc = c.attn_logit_softcap * std::tanh(sc / c.attn_logit_softcap);
             pr[j] = static_cast<float>(sc);
@@ -192,7 +251,7 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
           for (int64_t j = lo; j <= t; ++j) z += (pr[j] = static_cast<float>(std::exp(pr[j] - mx)));
           for (int64_t j = lo; j <= t; ++j) {
             pr[j] = static_cast<float>(pr[j] / z);
-            compute::axpy(pr[j], s.v.data() + (b0 + j) * kd + g * hd, s.o.data() + (b0 + t) * qd + h * hd, hd);
+            compute::axpy(pr[j], val(sq, li, s.v, j) + g * hd, s.o.data() + (b0 + t) * qd + h * hd, hd);
           }
         }
     }
@@ -216,17 +275,20 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
     x = s.mid;
     add_normed(s.m, post_w(W.post_ffn_norm), x);
   }
+  if (prefix_out) return {};
   // Each sequence's last-position logits over the whole vocabulary (the model's lm_head kernel).
   const ModelWeights& MW = model_.weights();
   std::vector<double> out(ns);
-  std::vector<float> dx(static_cast<size_t>(N * H), 0.0f), row(static_cast<size_t>(H)), hT(static_cast<size_t>(H)),
-      logits(static_cast<size_t>(c.vocab)), dh(static_cast<size_t>(H));
+  std::vector<float> dx(static_cast<size_t>(N * H), 0.0f), row(static_cast<size_t>(H)), hT(static_cast<size_t>(ns) * H),
+      all_logits(static_cast<size_t>(ns) * c.vocab), dh(static_cast<size_t>(H));
+  for (size_t sq = 0; sq < ns; ++sq)
+    compute::rmsnorm(x.data() + (off[sq + 1] - 1) * H, MW.output_norm.data(), hT.data() + sq * H, H, eps);
+  compute::matmul(pool_, MW.lm_head, hT.data(), static_cast<int64_t>(ns), all_logits.data());  // lm_head read once
   if (top1) top1->assign(ns, -1);
   for (size_t sq = 0; sq < ns; ++sq) {
     const int64_t last = off[sq + 1] - 1, target = seqs[sq].target;
     const float* xT = x.data() + last * H;
-    compute::rmsnorm(xT, MW.output_norm.data(), hT.data(), H, eps);
-    compute::matmul(pool_, MW.lm_head, hT.data(), 1, logits.data());
+    std::vector<float> logits(all_logits.begin() + static_cast<int64_t>(sq) * c.vocab, all_logits.begin() + static_cast<int64_t>(sq + 1) * c.vocab);
     const std::vector<float> raw = logits;
     if (c.final_logit_softcap > 0)
       for (float& v : logits) v = c.final_logit_softcap * std::tanh(v / c.final_logit_softcap);
@@ -255,10 +317,10 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
   }
   if (!grads) return out;
   // Backward. Rows before a sequence's from_pos are not varied: their gradient stays 0 and the
-  // work for them is skipped (their keys and values still receive nothing).
+  // work for them is skipped (their keys and values, a prefix's included, receive nothing).
   std::vector<char> live(static_cast<size_t>(N), 0);
   for (size_t sq = 0; sq < ns; ++sq)
-    for (int64_t t = t0[sq]; t < seqs[sq].n; ++t) live[static_cast<size_t>(off[sq] + t)] = 1;
+    for (int64_t t = t0[sq]; t < seqs[sq].n; ++t) live[static_cast<size_t>(off[sq] + t - a0[sq])] = 1;
   std::vector<float> tmp(static_cast<size_t>(H));
   for (size_t li = nl; li-- > 0;) {
     const int64_t l = first_ + static_cast<int64_t>(li);
@@ -299,30 +361,31 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
     mat_t(pool_, D.wo, H, qd, dz.data(), N, dobuf.data());
     std::vector<float> dq(static_cast<size_t>(N * qd), 0.0f), dk(static_cast<size_t>(N * kd), 0.0f), dv(static_cast<size_t>(N * kd), 0.0f);
     for (size_t sq = 0; sq < ns; ++sq) {
-      const int64_t n = seqs[sq].n, b0 = off[sq];
+      const int64_t n = seqs[sq].n, b0 = off[sq] - a0[sq];
       for (int64_t t = t0[sq]; t < n; ++t)
         for (int64_t h = 0; h < nh; ++h) {
           const int64_t g = h / grp, lo = lc.sliding ? std::max<int64_t>(0, t - lc.window + 1) : 0;
-          const float* pr = s.p.data() + poff[sq] + (t * nh + h) * n;
+          const float* pr = s.p.data() + poff[sq] + ((t - a0[sq]) * nh + h) * n;
           const float* dot_ = dobuf.data() + (b0 + t) * qd + h * hd;
+          const float* qt = s.q.data() + (b0 + t) * qd + h * hd;
           std::vector<double> dp(static_cast<size_t>(t + 1), 0.0);
           double sum = 0;
           for (int64_t j = lo; j <= t; ++j) {
-            dp[static_cast<size_t>(j)] = compute::dot_f32(dot_, s.v.data() + (b0 + j) * kd + g * hd, hd);
+            dp[static_cast<size_t>(j)] = compute::dot_f32(dot_, val(sq, li, s.v, j) + g * hd, hd);
             sum += pr[j] * dp[static_cast<size_t>(j)];
-            compute::axpy(pr[j], dot_, dv.data() + (b0 + j) * kd + g * hd, hd);
+            if (j >= t0[sq]) compute::axpy(pr[j], dot_, dv.data() + (b0 + j) * kd + g * hd, hd);
           }
           for (int64_t j = lo; j <= t; ++j) {
+            const float* kj = key(sq, li, s.k, j) + g * hd;
             double ds = pr[j] * (dp[static_cast<size_t>(j)] - sum);  // d score (after the softcap)
             if (c.attn_logit_softcap > 0) {
-              const double sc =
-                  compute::dot_f32(s.q.data() + (b0 + t) * qd + h * hd, s.k.data() + (b0 + j) * kd + g * hd, hd) * c.attn_scale;
+              const double sc = compute::dot_f32(qt, kj, hd) * c.attn_scale;
               const double th = std::tanh(sc / c.attn_logit_softcap);
               ds *= 1.0 - th * th;
             }
             ds *= c.attn_scale;
-            compute::axpy(static_cast<float>(ds), s.k.data() + (b0 + j) * kd + g * hd, dq.data() + (b0 + t) * qd + h * hd, hd);
-            compute::axpy(static_cast<float>(ds), s.q.data() + (b0 + t) * qd + h * hd, dk.data() + (b0 + j) * kd + g * hd, hd);
+            compute::axpy(static_cast<float>(ds), kj, dq.data() + (b0 + t) * qd + h * hd, hd);
+            if (j >= t0[sq]) compute::axpy(static_cast<float>(ds), qt, dk.data() + (b0 + j) * kd + g * hd, hd);
           }
         }
       // Undo RoPE and the q/k norms (rows before from_pos: skipped, as above).
@@ -343,10 +406,6 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
           }
         }
       }
-      for (int64_t t = 0; t < t0[sq]; ++t) {  // keys and values of rows that are not varied
-        std::fill(dk.begin() + (b0 + t) * kd, dk.begin() + (b0 + t + 1) * kd, 0.0f);
-        std::fill(dv.begin() + (b0 + t) * kd, dv.begin() + (b0 + t + 1) * kd, 0.0f);
-      }
     }
     std::vector<float> da(static_cast<size_t>(N * H), 0.0f);
     mat_t(pool_, D.wq, qd, H, dq.data(), N, da.data());
@@ -360,7 +419,10 @@ std::vector<double> EditTail::logprobs(const std::vector<TailSeq>& seqs, std::ve
       }
   }
   grads->assign(ns, {});
-  for (size_t sq = 0; sq < ns; ++sq) (*grads)[sq].assign(dx.begin() + off[sq] * H, dx.begin() + off[sq + 1] * H);
+  for (size_t sq = 0; sq < ns; ++sq) {
+    (*grads)[sq].assign(static_cast<size_t>(seqs[sq].n * H), 0.0f);
+    std::copy(dx.begin() + off[sq] * H, dx.begin() + off[sq + 1] * H, (*grads)[sq].begin() + a0[sq] * H);
+  }
   return out;
 }
 

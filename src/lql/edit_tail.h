@@ -36,15 +36,30 @@ class EditTail {
     const std::vector<float>* x;
     int64_t n, target, from_pos;
   };
+  /// The keys and values of a sequence's positions before its from_pos at every layer
+  /// (k[i], v[i]: layer first + i, [from_pos][kv_dim] f32, after the k norm and RoPE). While
+  /// only rows from from_pos on vary, they do not change (attention is causal).
+  struct Prefix {
+    int64_t from_pos = 0;
+    std::vector<std::vector<float>> k, v;
+  };
+  /// Runs the layers once on `seqs` and keeps each one's Prefix.
+  std::vector<Prefix> prefixes(const std::vector<TailSeq>& seqs) const;
+
   /// logprob for several sequences at once: the batch's tokens go through each layer together,
   /// so its matrices are read once per layer instead of once per sequence. `grads` and `top1`
-  /// (non-null) receive one entry per sequence.
+  /// (non-null) receive one entry per sequence. With `prefix` (from prefixes() on sequences with
+  /// the same rows before from_pos, the same from_pos and the same layers) only positions from
+  /// from_pos on are computed: the rows of x before it are not read. Errors: InvalidArgument when
+  /// a prefix does not match its sequence's from_pos or the layer count.
   std::vector<double> logprobs(const std::vector<TailSeq>& seqs, std::vector<std::vector<float>>* grads = nullptr,
-                               std::vector<int64_t>* top1 = nullptr) const;
+                               std::vector<int64_t>* top1 = nullptr, const std::vector<Prefix>* prefix = nullptr) const;
 
   int64_t first() const { return first_; }
 
  private:
+  std::vector<double> run(const std::vector<TailSeq>& seqs, std::vector<std::vector<float>>* grads, std::vector<int64_t>* top1,
+                          const std::vector<Prefix>* prefix, std::vector<Prefix>* prefix_out) const;
   struct Layer {
     std::vector<float> wq, wk, wv, wo, wg, wu, wd;  // row-major [out][in]
   };

@@ -123,6 +123,53 @@ TEST(EditTail, ABatchGivesEachSequenceItsOwnResult) {
   for (size_t i = 0; i < g_long.size(); ++i) EXPECT_NEAR(grads[1][i], g_long[i], 1e-5 + 1e-4 * std::fabs(g_long[i])) << i;
 }
 
+TEST(EditTail, APrefixGivesTheSameResultFromItsPosition) {
+  Fixture fx;
+  const auto& c = fx.model->config();
+  const int64_t H = c.hidden, n = static_cast<int64_t>(kTokens.size());
+  auto [rows, logits] = fx.engine(2);
+  EditTail tail(*fx.model, 2, fx.pool);
+  const std::vector<float> short_rows(rows.begin(), rows.begin() + 7 * H);
+  const std::vector<EditTail::TailSeq> seqs = {{&rows, n, 270, 5}, {&short_rows, 7, 5, 2}};
+  const auto prefix = tail.prefixes(seqs);
+  ASSERT_EQ(prefix.size(), 2u);
+  EXPECT_EQ(prefix[0].k.size(), static_cast<size_t>(c.n_layers - 2));
+  EXPECT_EQ(prefix[0].k[0].size(), static_cast<size_t>(5 * c.kv_dim()));
+  // Rows from from_pos on varied (as MODE SUBJECT varies them): the same log-probabilities and
+  // gradients as the full pass.
+  auto vary = [&](std::vector<float> x, int64_t from, int64_t count) {
+    for (int64_t t = from; t < count; ++t)
+      for (int64_t i = 0; i < H; ++i) x[static_cast<size_t>(t * H + i)] += 0.3f * std::sin(static_cast<float>(t * H + i));
+    return x;
+  };
+  const std::vector<float> a = vary(rows, 5, n), b = vary(short_rows, 2, 7);
+  const std::vector<EditTail::TailSeq> varied = {{&a, n, 270, 5}, {&b, 7, 5, 2}};
+  std::vector<std::vector<float>> g_full, g_pre;
+  std::vector<int64_t> top_full, top_pre;
+  const auto lp_full = tail.logprobs(varied, &g_full, &top_full);
+  const auto lp_pre = tail.logprobs(varied, &g_pre, &top_pre, &prefix);
+  for (size_t q = 0; q < 2; ++q) {
+    EXPECT_NEAR(lp_pre[q], lp_full[q], 1e-5 * (1 + std::fabs(lp_full[q]))) << q;
+    EXPECT_EQ(top_pre[q], top_full[q]);
+    ASSERT_EQ(g_pre[q].size(), g_full[q].size());
+    for (size_t i = 0; i < g_full[q].size(); ++i) EXPECT_NEAR(g_pre[q][i], g_full[q][i], 1e-5 + 1e-4 * std::fabs(g_full[q][i])) << q << " " << i;
+  }
+  EXPECT_NE(lp_full[0], tail.logprob(rows, n, 270));  // the variation moved the output
+  // The rows before from_pos come from the prefix, not from x: a prefix of other rows differs.
+  const std::vector<float> other = vary(rows, 0, n);
+  const auto other_prefix = tail.prefixes({{&other, n, 270, 5}, {&b, 7, 5, 2}});
+  const auto lp_other = tail.logprobs(varied, nullptr, nullptr, &other_prefix);
+  EXPECT_GT(std::fabs(lp_other[0] - lp_full[0]), 1e-4);
+  // A prefix made for another from_pos is refused.
+  const auto wrong = tail.prefixes({{&rows, n, 270, 4}, {&short_rows, 7, 5, 2}});
+  try {
+    tail.logprobs(varied, nullptr, nullptr, &wrong);
+    FAIL() << "a prefix for from_pos 4 was accepted for from_pos 5";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+  }
+}
+
 TEST(EditTail, RmsnormBackwardMatchesFiniteDifferences) {
   const std::vector<float> x = {0.3f, -1.2f, 2.0f, 0.05f}, w = {1.0f, 0.5f, 2.0f, -1.0f}, dy = {0.7f, -0.2f, 0.1f, 1.5f};
   std::vector<float> dx(4);
