@@ -1,5 +1,5 @@
 """INSERT ... MODE SUBJECT (docs/lql.md "Knowledge edits"): a feature at the subject's last token with
-a learned down column, on 4 facts of data/edit_eval/subset100.jsonl (one per relation) and the default
+a learned down column, on 8 facts of data/edit_eval/subset100.jsonl (one per relation) and the default
 model's inference vindex (conftest.py `inference_vindex`), each alone, measured from `larql lql --json`
 INFER rows as test_edit_targets.py does; the full runs are edit-eval's (docs/BENCHMARKS.md "MODE
 SUBJECT"). Expected answers come from the set (made by scripts/make_edit_eval.py through `larql
@@ -7,7 +7,7 @@ tokenize` and the base model's own top-1).
 
 What the floors guard: the mode's reason to exist, paraphrases (100 facts: 93.0%, where ROBUST has
 76.0% and COMPOSE 16.7%), and what it must not take: 40 of the set's real-fact prompts (which the
-base model answers) keep their answer after each fact alone and after the 4 in one patch. Before
+base model answers) keep their answer after each fact alone and after the 8 in one patch. Before
 the mode scaled its down column into the quantised blocks' range (docs/lql.md "Knowledge edits")
 one edit lost 6-10% of them; with it, 0.4% (docs/BENCHMARKS.md "MODE SUBJECT").
 """
@@ -22,7 +22,7 @@ import peer
 from test_edit_eval import insert as insert_as, lql_str
 from test_edit_targets import SUBSET, probes, run_script, score, top1
 
-N_FACTS = 4
+N_FACTS = 8
 
 
 def insert(f, extra=""):
@@ -56,7 +56,7 @@ def runs(larql_bin, inference_vindex, facts_real, real_prompts, tmp_path_factory
     for i, f in enumerate(facts):  # each alone
         name = lql_str(str(tmp / f"one{i}.vlp"))
         lines += [f"BEGIN PATCH {name}", insert(f)] + probes(f) + real + [f"REMOVE PATCH {name}"]
-    name = lql_str(str(tmp / "all.vlp"))  # the 4 in one patch
+    name = lql_str(str(tmp / "all.vlp"))  # the 8 in one patch
     lines += [f"BEGIN PATCH {name}"] + [insert(f) for f in facts] + [p for f in facts for p in probes(f)] + real
     lines += [f"REMOVE PATCH {name}"] + check
     docs, secs = run_script(larql_bin, inference_vindex, tmp, lines)
@@ -94,17 +94,22 @@ def runs(larql_bin, inference_vindex, facts_real, real_prompts, tmp_path_factory
 
 def test_each_fact_alone_answers_its_paraphrases(runs):
     got = runs[0]
-    assert got["efficacy"] >= 3 / 4, got
-    # Measured 9 of 12 here (2026-12-07); COMPOSE answers 16.7% of the subset's paraphrases.
-    assert got["paraphrase"] >= 0.6, got
+    # Measured here (2026-12-07): 8 of 8, paraphrase 22 of 24, neighbourhood 39 of 40. The issue's
+    # floors (99 / 85 / 95 / 98%) on all 100 facts are `make bench-edit-eval`'s (18 min): 100 / 94.0 /
+    # 98.2 / 99.1%. COMPOSE answers 16.7% of the subset's paraphrases.
+    assert got["efficacy"] >= 7 / 8, got
+    assert got["paraphrase"] >= 0.8, got
+    assert got["neighbourhood"] >= 0.925, got
 
 
 def test_real_facts_keep_their_answers(runs):
     got, one_patch = runs[0], runs[3]
-    # Measured 1.0 alone and 0.975 in one patch here (2026-12-07); 0.90-0.94 per edit before the scale.
+    # Measured 0.984 alone and 0.975 in one patch here (2026-12-07); 0.90-0.94 per edit before the scale.
     assert got["real"] >= 0.97, got
     assert one_patch["real"] >= 0.9, one_patch
-    assert one_patch["efficacy"] >= 3 / 4, one_patch
+    # In one patch: 8 of 8, neighbourhood 39 of 40 (before the scale, 8 facts of 24 in one patch kept 62.5%).
+    assert one_patch["efficacy"] >= 6 / 8, one_patch
+    assert one_patch["neighbourhood"] >= 0.85, one_patch
 
 
 def test_remove_patch_gives_the_base_back(runs):
