@@ -51,6 +51,7 @@ constexpr double kThreshold = 0.5, kBackgroundMargin = 1.5;  // as ROBUST's
 constexpr double kPreActivation = 8.0;
 constexpr int kSteps = 25;
 constexpr double kLr = 0.5, kStopP = 0.9, kDecay = 1e-4;
+constexpr double kMinP = 0.1;  // below it after kSteps: refused (AT LAYER 16 of the default model ends near 1e-6)
 constexpr int64_t kMaxPromptTokens = 48;
 
 // A template filled in, and where the entity ends in it (bytes).
@@ -219,10 +220,16 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   }
   for (const auto& x : insert_background(s, layer)) bg_max = std::max(bg_max, dotf(r, x));
   const double tau = std::max(kThreshold * s_min, kBackgroundMargin * bg_max);
-  if (!(s_mean > 1.05 * tau) || !(tau > 0))
-    throw Error(ErrorKind::InvalidArgument, "INSERT ... MODE SUBJECT: \"" + st.entity + "\" does not stand out from ordinary text at its last token at layer " +
-                                                std::to_string(layer) + " (its prompts' mean score " + std::to_string(s_mean) +
-                                                ", ordinary text's up to " + std::to_string(bg_max) + ")");
+  if (!(s_mean > 1.05 * tau) || !(tau > 0)) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "\" does not stand out from ordinary text at its last token at layer %lld: its prompts' mean key score %.3g "
+                  "does not clear the threshold %.3g by 5%% (the threshold: the larger of half its weakest prompt's score, %.3g, and "
+                  "1.5 x ordinary text's highest, %.3g); a real entity the model knows often does not — MODE ROBUST or COMPOSE, or "
+                  "another AT LAYER",
+                  static_cast<long long>(layer), s_mean, tau, kThreshold * s_min, kBackgroundMargin * bg_max);
+    throw Error(ErrorKind::InvalidArgument, "INSERT ... MODE SUBJECT: \"" + st.entity + buf);
+  }
   std::vector<double> bias;
   {
     bias = insert_whiten(s, layer, insert_mean_rows(insert_background(s, layer), H));
@@ -306,6 +313,16 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
       d[static_cast<size_t>(j)] -= static_cast<float>(kLr * (m1[static_cast<size_t>(j)] / c1) / (std::sqrt(m2[static_cast<size_t>(j)] / c2) + 1e-8));
     }
   }
+  // A value that did not make the target likely (too few layers after L to carry it: AT LAYER
+  // n_layers - 2 ends near 1e-6) is refused, as ROBUST refuses; nothing is installed.
+  if (!(std::exp(mean_lp) >= kMinP)) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "INSERT ... MODE SUBJECT at layer %lld: the learned value did not make the target likely (P(target) %.3g over the "
+                  "%zu prompts after %d steps, below %.2g); nothing is installed — an earlier AT LAYER leaves more layers to carry it",
+                  static_cast<long long>(layer), std::exp(mean_lp), runs.size(), steps, kMinP);
+    throw Error(ErrorKind::InvalidArgument, buf);
+  }
   const double alpha = st.alpha.value_or(1.0);
   op.down.resize(static_cast<size_t>(H));
   for (int64_t j = 0; j < H; ++j) op.down[static_cast<size_t>(j)] = static_cast<float>(alpha * d[static_cast<size_t>(j)]);
@@ -317,8 +334,8 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   "key scores at the subject's token: %.3g to %.3g (mean %.3g), ordinary text up to %.3g; threshold %.3g; value: "
-                  "%d steps, P(target) %.3g over the %zu prompts; scale %.3g",
-                  s_min, s_max, s_mean, bg_max, tau, steps, std::exp(mean_lp), runs.size(), scale);
+                  "%d steps, P(target) %.3g over the %zu prompts%s; scale %.3g",
+                  s_min, s_max, s_mean, bg_max, tau, steps, std::exp(mean_lp), runs.size(), alpha != 1.0 ? " before ALPHA" : "", scale);
     t.notes.push_back(buf);
   }
   record_edits(s, {op}, &t.notes);

@@ -125,3 +125,18 @@ def test_a_layer_with_nothing_after_it_is_refused(larql_bin, inference_vindex, t
                        capture_output=True, text=True, timeout=600)
     assert r.returncode != 0
     assert "layer must be at most 16" in (r.stdout + r.stderr), (r.stdout[-1000:], r.stderr[-1000:])
+
+
+def test_a_value_that_does_not_take_is_refused(larql_bin, inference_vindex, tmp_path, facts_real):
+    # One layer after layer 16 cannot carry the value (P(target) ends near 1e-6): an error, and
+    # nothing is installed (with --keep-going the INFER after it runs and does not answer the target).
+    f = facts_real[0]
+    script = tmp_path / "s.lql"
+    script.write_text(insert(f, " AT LAYER 16") + ";\n" + f"INFER {lql_str(f['prompt'])} TOP 1;\n")
+    r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "--json", "--keep-going", "-t", str(peer.THREADS), "-f",
+                        str(script)], capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert "did not make the target likely" in (r.stdout + r.stderr), (r.stdout[-1000:], r.stderr[-1000:])
+    docs = [json.loads(x) for x in r.stdout.splitlines() if x.strip().startswith("{")]
+    infer = [d for d in docs if "rows" in d]
+    assert len(infer) == 1 and top1(infer[0]) != f["target_id"], docs
