@@ -10,10 +10,12 @@
 //    residual leaving L.
 // 2. The key k = mean_i x_i - the decoy entities' mean under the same templates (base model,
 //    memoised); the gate direction r = P (C + lambda I)^-1 P k, P the projection off the decoys'
-//    subject rows, C ordinary text's second moment at L (ROBUST's whitening). At the subject's
+//    subject rows and the earlier inserted entities' (their template mean), C ordinary text's
+//    second moment at L (ROBUST's whitening). At the subject's
 //    token the fact's rows score far above ordinary text (Gemma 3 270M, layer 3: 8-15 against at
 //    most 0.6-2.2; ROBUST's last-position key scores 0.3 against 0.26 for some facts).
-// 3. Threshold tau = max(half the weakest prompt's score, 1.5 x ordinary text's highest), the bias
+// 3. Threshold tau = max(half the weakest prompt's score, 1.5 x the highest of ordinary text and the
+//    earlier entities), the bias
 //    ROBUST's minimum-variance functional b (b . x ~ 1), the gate G (r - tau b) with pre-activation
 //    kPreActivation at the mean score, the up row r / (s_mean kPreActivation): the feature's
 //    activation is ~1 on the fact's subject token and 0 elsewhere.
@@ -199,8 +201,41 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     for (int64_t i = 0; i < H; ++i) k[static_cast<size_t>(i)] += r.x[static_cast<size_t>(i)] / static_cast<double>(runs.size());
   for (const auto& d : decoys)
     for (int64_t i = 0; i < H; ++i) k[static_cast<size_t>(i)] -= d[static_cast<size_t>(i)] / static_cast<double>(decoys.size());
-  SpanBasis basis;  // P: off the decoys' span
+  // The subject rows of the entities the session's edits already inserted at this layer (base
+  // model, the same templates, memoised): the new gate is kept off them as off the decoys, or a
+  // name sharing its last token with an earlier one ("Feldrouvova", "Krotrindova") opens both
+  // features and undoes the earlier fact.
+  std::vector<std::vector<float>> earlier;
+  {
+    auto& memo = s.edits().memo->base_ffn_in;
+    auto add_op = [&](const PatchOp& o) {
+      if (o.kind != PatchOp::Kind::Insert || o.layer != layer || o.entity.empty() || insert_lower(o.entity) == insert_lower(st.entity)) return;
+      std::vector<std::vector<float>> rows;
+      for (const auto& tp : templates) {
+        auto [text, end] = fill_at(tp, o.relation, o.entity);
+        const std::string key = "subject|" + std::to_string(layer) + "|" + std::to_string(end) + "|" + text;
+        auto it = memo.find(key);
+        if (it == memo.end()) {
+          try {
+            it = memo.emplace(key, subject_run(s, text, end, layer, true).x).first;
+          } catch (const Error&) {
+            continue;  // an entity without a last token of its own under this template
+          }
+        }
+        rows.push_back(it->second);
+      }
+      if (rows.empty()) return;
+      const std::vector<double> mean = insert_mean_rows(rows, H);
+      earlier.emplace_back(mean.begin(), mean.end());
+    };
+    for (const auto& p : s.edits().applied)
+      for (const auto& o : p.patch.ops) add_op(o);
+    if (s.edits().recording)
+      for (const auto& o : s.edits().recording->patch.ops) add_op(o);
+  }
+  SpanBasis basis;  // P: off the decoys' span and the earlier entities'
   for (const auto& d : decoys) basis.add(std::vector<double>(d.begin(), d.end()));
+  for (const auto& e : earlier) basis.add(std::vector<double>(e.begin(), e.end()));
   std::vector<double> r = k;
   basis.project_out(r);
   r = insert_whiten(s, layer, r);
@@ -219,6 +254,7 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     s_mean += v / static_cast<double>(runs.size());
   }
   for (const auto& x : insert_background(s, layer)) bg_max = std::max(bg_max, dotf(r, x));
+  for (const auto& x : earlier) bg_max = std::max(bg_max, dotf(r, x));
   const double tau = std::max(kThreshold * s_min, kBackgroundMargin * bg_max);
   if (!(s_mean > 1.05 * tau) || !(tau > 0)) {
     char buf[400];

@@ -140,3 +140,16 @@ def test_a_value_that_does_not_take_is_refused(larql_bin, inference_vindex, tmp_
     docs = [json.loads(x) for x in r.stdout.splitlines() if x.strip().startswith("{")]
     infer = [d for d in docs if "rows" in d]
     assert len(infer) == 1 and top1(infer[0]) != f["target_id"], docs
+
+
+def test_a_later_name_with_the_same_last_token_does_not_undo_an_earlier_fact(larql_bin, inference_vindex, tmp_path):
+    # "Feldrouvova" (capital -> Manila) then "Krotrindova" (official language -> Norwegian): both
+    # names end in the same token, so a gate that only avoided the decoys opened on both, and the
+    # second INSERT took Feldrouvova's prompt from Manila (0.995) to " a" (0.118). The second gate
+    # is now kept off the earlier entity's rows.
+    recs = {r["id"]: r for r in map(json.loads, SUBSET.read_text().splitlines()) if r.get("type") == "fact"}
+    first, second = recs["capital-0000"], recs["official-language-0001"]
+    lines = [insert(first), insert(second), f"INFER {lql_str(first['prompt'])} TOP 1", f"INFER {lql_str(second['prompt'])} TOP 1"]
+    docs, _ = run_script(larql_bin, inference_vindex, tmp_path, lines)
+    assert top1(docs[-2]) == first["target_id"], docs[-2]
+    assert top1(docs[-1]) == second["target_id"], docs[-1]
