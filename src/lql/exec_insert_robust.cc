@@ -66,26 +66,10 @@ constexpr double kPreActivation = 36.0;
 std::string lower(std::string s) { return insert_lower(std::move(s)); }
 
 std::string fill(const char* tmpl, const std::string& relation, const std::string& entity) {
-  std::string r = relation;
-  for (char& c : r)
-    if (c == '-' || c == '_') c = ' ';
-  std::string out;
-  for (const char* p = tmpl; *p; ++p) {
-    if (p[0] == '{' && p[1] && p[2] == '}') {
-      out += p[1] == 'r' ? r : entity;
-      p += 2;
-    } else {
-      out += *p;
-    }
-  }
-  return out;
+  return insert_fill(tmpl, relation, entity);
 }
 
-double dotd(const std::vector<double>& a, const std::vector<float>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
+double dotd(const std::vector<double>& a, const std::vector<float>& b) { return insert_dot(a, b); }
 
 // The element-wise mean of `rows` ([n][hidden] -> [hidden]).
 std::vector<double> mean_rows(const std::vector<std::vector<float>>& rows, int64_t hidden) {
@@ -208,6 +192,31 @@ std::vector<double> insert_mean_rows(const std::vector<std::vector<float>>& rows
 const std::vector<std::vector<float>>& insert_background(Session& s, int64_t layer) { return background(s, layer); }
 std::vector<double> insert_whiten(Session& s, int64_t layer, const std::vector<double>& v) { return whiten(s, layer, v); }
 std::vector<std::string> insert_invented_entities() { return {std::begin(kInvented), std::end(kInvented)}; }
+std::string insert_fill(const std::string& tmpl, const std::string& relation, const std::string& entity, size_t* entity_end) {
+  std::string r = relation;
+  for (char& c : r)
+    if (c == '-' || c == '_') c = ' ';
+  std::string out;
+  size_t end = std::string::npos;
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] == '{' && i + 2 < tmpl.size() && tmpl[i + 2] == '}') {
+      out += tmpl[i + 1] == 'r' ? r : entity;
+      if (tmpl[i + 1] == 'e') end = out.size();
+      i += 2;
+    } else {
+      out += tmpl[i];
+    }
+  }
+  if (entity_end) *entity_end = end;
+  return out;
+}
+
+double insert_dot(const std::vector<double>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
 std::vector<std::string> insert_templates() { return {std::begin(kTemplates), std::end(kTemplates)}; }
 
 Table exec_insert_robust(Session& s, const InsertStmt& st, PatchOp op, Table t, std::chrono::steady_clock::time_point t0) {

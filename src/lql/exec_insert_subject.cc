@@ -58,21 +58,9 @@ constexpr int64_t kMaxPromptTokens = 48;
 
 // A template filled in, and where the entity ends in it (bytes).
 std::pair<std::string, size_t> fill_at(const std::string& tmpl, const std::string& relation, const std::string& entity) {
-  std::string r = relation;
-  for (char& c : r)
-    if (c == '-' || c == '_') c = ' ';
-  std::string out;
   size_t end = std::string::npos;
-  for (size_t i = 0; i < tmpl.size(); ++i) {
-    if (tmpl[i] == '{' && i + 2 < tmpl.size() && tmpl[i + 2] == '}') {
-      out += tmpl[i + 1] == 'r' ? r : entity;
-      if (tmpl[i + 1] == 'e') end = out.size();
-      i += 2;
-    } else {
-      out += tmpl[i];
-    }
-  }
-  return {out, end};
+  std::string text = insert_fill(tmpl, relation, entity, &end);
+  return {std::move(text), end};
 }
 
 // One prompt's rows at the install layer.
@@ -122,11 +110,19 @@ SubjectRun subject_run(Session& s, const std::string& prompt, size_t entity_end,
   return r;
 }
 
-double dotf(const std::vector<double>& a, const std::vector<float>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
+// The base model's FFN input at `layer` at the entity's last token of `tmpl` filled with
+// (relation, entity), memoised in the session (decoys and earlier entities are asked again by
+// every INSERT). Errors: subject_run's.
+const std::vector<float>& base_subject_row(Session& s, const std::string& tmpl, const std::string& relation,
+                                           const std::string& entity, int64_t layer) {
+  auto& memo = s.edits().memo->base_ffn_in;
+  auto [text, end] = fill_at(tmpl, relation, entity);
+  const std::string key = "subject|" + std::to_string(layer) + "|" + std::to_string(end) + "|" + text;
+  auto it = memo.find(key);
+  if (it == memo.end()) it = memo.emplace(key, subject_run(s, text, end, layer, true).x).first;
+  return it->second;
 }
+
 
 // The smallest A >= 1 such that every |d_r| / A is at most the largest |w| of the other columns in
 // `col`'s group of row r of `down` [hidden, ffn]: the group a quantised type scales together (16
@@ -185,17 +181,8 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   for (const auto& n : insert_invented_entities()) names.push_back(n);
   std::erase_if(names, [&](const std::string& n) { return insert_lower(n) == insert_lower(st.entity); });
   std::vector<std::vector<float>> decoys;
-  {
-    auto& memo = s.edits().memo->base_ffn_in;
-    for (const auto& tp : templates)
-      for (const auto& n : names) {
-        auto [text, end] = fill_at(tp, st.relation, n);
-        const std::string key = "subject|" + std::to_string(layer) + "|" + std::to_string(end) + "|" + text;
-        auto it = memo.find(key);
-        if (it == memo.end()) it = memo.emplace(key, subject_run(s, text, end, layer, true).x).first;
-        decoys.push_back(it->second);
-      }
-  }
+  for (const auto& tp : templates)
+    for (const auto& n : names) decoys.push_back(base_subject_row(s, tp, st.relation, n, layer));
   std::vector<double> k(static_cast<size_t>(H), 0.0);
   for (const auto& r : runs)
     for (int64_t i = 0; i < H; ++i) k[static_cast<size_t>(i)] += r.x[static_cast<size_t>(i)] / static_cast<double>(runs.size());
@@ -207,22 +194,15 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   // features and undoes the earlier fact.
   std::vector<std::vector<float>> earlier;
   {
-    auto& memo = s.edits().memo->base_ffn_in;
     auto add_op = [&](const PatchOp& o) {
       if (o.kind != PatchOp::Kind::Insert || o.layer != layer || o.entity.empty() || insert_lower(o.entity) == insert_lower(st.entity)) return;
       std::vector<std::vector<float>> rows;
       for (const auto& tp : templates) {
-        auto [text, end] = fill_at(tp, o.relation, o.entity);
-        const std::string key = "subject|" + std::to_string(layer) + "|" + std::to_string(end) + "|" + text;
-        auto it = memo.find(key);
-        if (it == memo.end()) {
-          try {
-            it = memo.emplace(key, subject_run(s, text, end, layer, true).x).first;
-          } catch (const Error&) {
-            continue;  // an entity without a last token of its own under this template
-          }
+        try {
+          rows.push_back(base_subject_row(s, tp, o.relation, o.entity, layer));
+        } catch (const Error&) {
+          // an entity without a last token of its own under this template
         }
-        rows.push_back(it->second);
       }
       if (rows.empty()) return;
       const std::vector<double> mean = insert_mean_rows(rows, H);
@@ -248,13 +228,13 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   // 3. Threshold, bias, gate and up rows.
   double s_min = INFINITY, s_max = -INFINITY, s_mean = 0, bg_max = -INFINITY;
   for (const auto& run : runs) {
-    const double v = dotf(r, run.x);
+    const double v = insert_dot(r, run.x);
     s_min = std::min(s_min, v);
     s_max = std::max(s_max, v);
     s_mean += v / static_cast<double>(runs.size());
   }
-  for (const auto& x : insert_background(s, layer)) bg_max = std::max(bg_max, dotf(r, x));
-  for (const auto& x : earlier) bg_max = std::max(bg_max, dotf(r, x));
+  for (const auto& x : insert_background(s, layer)) bg_max = std::max(bg_max, insert_dot(r, x));
+  for (const auto& x : earlier) bg_max = std::max(bg_max, insert_dot(r, x));
   const double tau = std::max(kThreshold * s_min, kBackgroundMargin * bg_max);
   if (!(s_mean > 1.05 * tau) || !(tau > 0)) {
     char buf[400];
@@ -272,7 +252,7 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     std::vector<float> xm(static_cast<size_t>(H), 0.0f);
     for (const auto& run : runs)
       for (int64_t i = 0; i < H; ++i) xm[static_cast<size_t>(i)] += run.x[static_cast<size_t>(i)] / static_cast<float>(runs.size());
-    const double b_x = dotf(bias, xm);
+    const double b_x = insert_dot(bias, xm);
     if (!(b_x > 0))
       throw Error(ErrorKind::Unsupported, "INSERT ... MODE SUBJECT: the subject's FFN input at layer " + std::to_string(layer) +
                                               " is opposite to ordinary text's mean, so the gate has no bias to use");

@@ -201,6 +201,11 @@ std::vector<std::string> insert_invented_entities();
 /// ROBUST's templates of a (relation, entity) statement ("The {r} of {e} is", ...; the first is
 /// the canonical prompt), with {r} and {e} unfilled.
 std::vector<std::string> insert_templates();
+/// A template ("The {r} of {e} is") filled with `relation` (its '-' and '_' as spaces) and
+/// `entity`; `entity_end` (non-null) receives the byte where the entity ends (npos without {e}).
+std::string insert_fill(const std::string& tmpl, const std::string& relation, const std::string& entity, size_t* entity_end = nullptr);
+/// sum_i a[i] b[i], accumulated in double over a.size() values.
+double insert_dot(const std::vector<double>& a, const std::vector<float>& b);
 /// MODE SUBJECT (exec_insert_subject.cc): as exec_insert_robust; `op.layer` is replaced by the
 /// mode's own default unless the statement has AT LAYER.
 Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t, std::chrono::steady_clock::time_point t0);
