@@ -68,6 +68,33 @@ void dot_rows_scalar(const float* x, int64_t rows, const float* y, int64_t n, fl
 void axpy_rows_scalar(const float* a, const float* x, float* y, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) axpy_scalar(a[r], x, y + r * n, n);
 }
+// The AVX2 kernels' order: eight lanes, lane j summing elements i = j mod 8 of the whole chunks
+// with one fma each, the lanes added pairwise (0+4, 1+5, ...; then 0+2, 1+3; then 0+1), then the
+// tail in order. Here with std::fma, so both tables give the same bits.
+float gemm_dot_scalar(const float* x, const float* w, int64_t k) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8)
+    for (int j = 0; j < 8; ++j) lane[j] = std::fma(x[i + j], w[i + j], lane[j]);
+  for (int j = 0; j < 4; ++j) lane[j] += lane[j + 4];
+  for (int j = 0; j < 2; ++j) lane[j] += lane[j + 2];
+  float s = lane[0] + lane[1];
+  for (; i < k; ++i) s = std::fma(x[i], w[i], s);
+  return s;
+}
+void gemm_nt_scalar(const float* x, int64_t n, const float* w, int64_t rows, int64_t k, float* y, int64_t ldy) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) y[t * ldy + r] = gemm_dot_scalar(x + t * k, w + r * k, k);
+}
+void gemm_nn_acc_scalar(const float* a, int64_t lda, int64_t n, const float* w, int64_t ldw, int64_t rows, int64_t cols, float* y,
+                        int64_t ldy) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < cols; ++i) {
+      float acc = y[t * ldy + i];
+      for (int64_t o = 0; o < rows; ++o) acc = std::fma(a[t * lda + o], w[o * ldw + i], acc);
+      y[t * ldy + i] = acc;
+    }
+}
 int64_t argmax_scalar(const float* x, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i)
@@ -77,7 +104,8 @@ int64_t argmax_scalar(const float* x, int64_t n) {
 
 const SimdKernels kScalar{axpy_scalar,        dot_scalar, exp_shifted_scalar, gelu_tanh_mul_scalar, silu_mul_scalar,
                           sum_squares_scalar, scale_mul_scalar, sum_scalar,   max_scalar,
-                          scale_scalar,       argmax_scalar,    dot_rows_scalar, axpy_rows_scalar};
+                          scale_scalar,       argmax_scalar,    dot_rows_scalar, axpy_rows_scalar,
+                          gemm_nt_scalar,     gemm_nn_acc_scalar};
 
 }  // namespace
 

@@ -90,6 +90,86 @@ void axpy_rows_avx2(const float* a, const float* x, float* y, int64_t rows, int6
   for (; r < rows; ++r) axpy_avx2(a[r], x, y + r * n, n);
 }
 
+// gemm_nt: tiles of R rows of w by T tokens of x, one 8-lane accumulator per pair (R T <= 12
+// of the 16 registers), reduced as simd.cc's gemm_dot_scalar: each element's bits do not depend
+// on the tile it falls in.
+inline float hsum_pairwise(__m256 a) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));  // j + (j+4)
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));                                          // j + (j+2)
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));                                      // 0 + 1
+  return _mm_cvtss_f32(h);
+}
+template <int R, int T>
+void gemm_nt_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    __m256 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + r * k + i);
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * k + i);
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      float s = hsum_pairwise(acc[r][t]);
+      for (int64_t j = i; j < k; ++j) s = std::fma(x[t * k + j], w[r * k + j], s);
+      y[t * ldy + r] = s;
+    }
+}
+template <int R>
+void gemm_nt_rows(const float* x, int64_t n, const float* w, int64_t k, float* y, int64_t ldy) {
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) gemm_nt_tile<R, 4>(x + t * k, w, k, y + t * ldy, ldy);
+  for (; t < n; ++t) gemm_nt_tile<R, 1>(x + t * k, w, k, y + t * ldy, ldy);
+}
+void gemm_nt_avx2(const float* x, int64_t n, const float* w, int64_t rows, int64_t k, float* y, int64_t ldy) {
+  int64_t r = 0;
+  for (; r + 3 <= rows; r += 3) gemm_nt_rows<3>(x, n, w + r * k, k, y + r, ldy);
+  for (; r < rows; ++r) gemm_nt_rows<1>(x, n, w + r * k, k, y + r, ldy);
+}
+// gemm_nn_acc: tiles of T tokens by 16 columns (T 2 x 8-lane accumulators), o in order.
+template <int T>
+void gemm_nn_tile16(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t rows, float* y, int64_t ldy) {
+  __m256 acc[T][2];
+  for (int t = 0; t < T; ++t) {
+    acc[t][0] = _mm256_loadu_ps(y + t * ldy);
+    acc[t][1] = _mm256_loadu_ps(y + t * ldy + 8);
+  }
+  for (int64_t o = 0; o < rows; ++o) {
+    const __m256 w0 = _mm256_loadu_ps(w + o * ldw), w1 = _mm256_loadu_ps(w + o * ldw + 8);
+    for (int t = 0; t < T; ++t) {
+      const __m256 av = _mm256_broadcast_ss(a + t * lda + o);
+      acc[t][0] = _mm256_fmadd_ps(av, w0, acc[t][0]);
+      acc[t][1] = _mm256_fmadd_ps(av, w1, acc[t][1]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    _mm256_storeu_ps(y + t * ldy, acc[t][0]);
+    _mm256_storeu_ps(y + t * ldy + 8, acc[t][1]);
+  }
+}
+template <int T>
+void gemm_nn_cols(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t rows, int64_t cols, float* y, int64_t ldy) {
+  int64_t i = 0;
+  for (; i + 16 <= cols; i += 16) gemm_nn_tile16<T>(a, lda, w + i, ldw, rows, y + i, ldy);
+  for (int t = 0; t < T; ++t)
+    for (int64_t j = i; j < cols; ++j) {
+      float acc = y[t * ldy + j];
+      for (int64_t o = 0; o < rows; ++o) acc = std::fma(a[t * lda + o], w[o * ldw + j], acc);
+      y[t * ldy + j] = acc;
+    }
+}
+void gemm_nn_acc_avx2(const float* a, int64_t lda, int64_t n, const float* w, int64_t ldw, int64_t rows, int64_t cols, float* y,
+                      int64_t ldy) {
+  int64_t t = 0;
+  for (; t + 6 <= n; t += 6) gemm_nn_cols<6>(a + t * lda, lda, w, ldw, rows, cols, y + t * ldy, ldy);
+  for (; t < n; ++t) gemm_nn_cols<1>(a + t * lda, lda, w, ldw, rows, cols, y + t * ldy, ldy);
+}
+
 // Cephes expf (S. L. Moshier, cephes/single/expf.c): exp(x) = 2^n exp(r), n = round(x log2 e),
 // r = x - n ln 2 with ln 2 in two parts, exp(r) by a degree-7 polynomial. ~1 ulp on the range.
 // Results: 0 below about -87.3 (no denormals), +inf above 88.
@@ -257,7 +337,8 @@ int64_t argmax_avx2(const float* x, int64_t n) {
 
 const SimdKernels kAvx2{axpy_avx2,        dot_avx2,       exp_shifted_avx2, gelu_tanh_mul_avx2, silu_mul_avx2,
                         sum_squares_avx2, scale_mul_avx2, sum_avx2,         max_avx2,
-                        scale_avx2,       argmax_avx2,    dot_rows_avx2, axpy_rows_avx2};
+                        scale_avx2,       argmax_avx2,    dot_rows_avx2, axpy_rows_avx2,
+                        gemm_nt_avx2,     gemm_nn_acc_avx2};
 
 }  // namespace
 

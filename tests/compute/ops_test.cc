@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "compute/ops.h"
@@ -494,6 +496,67 @@ TEST(Ops, RowKernelsEqualTheSingleRowOnes) {
       ASSERT_EQ(acc, one) << "n=" << n << " rows=" << rows;
     }
   }
+}
+
+}  // namespace
+}  // namespace larql
+
+namespace larql {
+namespace {
+
+// gemm_f32_nt / gemm_f32_nn_acc (EditTail's f32 layers, LQL's slot choice): against a double
+// product; each element the same bits whatever the batch (a token run alone or among others,
+// at any place in the tiles) and on the scalar and AVX2 tables (simd.cc's lane order); the
+// accumulating form adds to what y held. Sizes with and without tails of the 3 x 4 and 6 x 16
+// tiles, and a power-of-two width (the packed panels).
+TEST(Ops, F32GemmsMatchADoubleProductAndDoNotDependOnTheBatch) {
+  const quant::Isa saved = quant::active_isa();
+  ThreadPool pool(2);
+  for (auto [n, rows, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 7}, {5, 7, 40}, {13, 50, 259}, {8, 48, 256}, {7, 33, 2048}}) {
+    const std::vector<float> x = randn(static_cast<size_t>(n * k), 31 + n), w = randn(static_cast<size_t>(rows * k), 32 + rows);
+    const std::vector<float> a = randn(static_cast<size_t>(n * rows), 33 + k), y0 = randn(static_cast<size_t>(n * k), 34);
+    std::vector<float> y_avx, acc_avx;
+    for (quant::Isa isa : {quant::Isa::AVX2, quant::Isa::Scalar}) {
+      quant::set_isa(isa);
+      std::vector<float> y(static_cast<size_t>(n * rows));
+      compute::gemm_f32_nt(pool, x.data(), n, w.data(), rows, k, y.data());
+      std::vector<float> acc = y0;  // x's shape [n][k]: += a [n][rows] w [rows][k]
+      compute::gemm_f32_nn_acc(pool, a.data(), n, w.data(), rows, k, acc.data());
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          double d = 0, mag = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            d += double(x[static_cast<size_t>(t * k + i)]) * w[static_cast<size_t>(r * k + i)];
+            mag += std::fabs(double(x[static_cast<size_t>(t * k + i)]) * w[static_cast<size_t>(r * k + i)]);
+          }
+          ASSERT_NEAR(y[static_cast<size_t>(t * rows + r)], d, 1e-6 * mag + 1e-6) << n << "x" << rows << "x" << k << " t=" << t << " r=" << r;
+        }
+        for (int64_t i = 0; i < k; ++i) {
+          double d = y0[static_cast<size_t>(t * k + i)], mag = std::fabs(d);
+          for (int64_t r = 0; r < rows; ++r) {
+            d += double(a[static_cast<size_t>(t * rows + r)]) * w[static_cast<size_t>(r * k + i)];
+            mag += std::fabs(double(a[static_cast<size_t>(t * rows + r)]) * w[static_cast<size_t>(r * k + i)]);
+          }
+          ASSERT_NEAR(acc[static_cast<size_t>(t * k + i)], d, 1e-6 * mag + 1e-6) << n << "x" << rows << "x" << k << " t=" << t << " i=" << i;
+        }
+      }
+      // Each token alone gives its row of the batch bit for bit.
+      for (int64_t t = 0; t < n; ++t) {
+        std::vector<float> one(static_cast<size_t>(rows)), one_acc(y0.begin() + t * k, y0.begin() + (t + 1) * k);
+        compute::gemm_f32_nt(pool, x.data() + t * k, 1, w.data(), rows, k, one.data());
+        compute::gemm_f32_nn_acc(pool, a.data() + t * rows, 1, w.data(), rows, k, one_acc.data());
+        ASSERT_TRUE(std::equal(one.begin(), one.end(), y.begin() + t * rows)) << "nt, token " << t << " of " << n;
+        ASSERT_TRUE(std::equal(one_acc.begin(), one_acc.end(), acc.begin() + t * k)) << "nn, token " << t << " of " << n;
+      }
+      if (isa == quant::Isa::AVX2) {
+        if (std::string(compute::simd_variant()) == "avx2") y_avx = y, acc_avx = acc;
+      } else if (!y_avx.empty()) {
+        EXPECT_EQ(y, y_avx) << "scalar and AVX2 tables differ (nt) at " << n << "x" << rows << "x" << k;
+        EXPECT_EQ(acc, acc_avx) << "scalar and AVX2 tables differ (nn) at " << n << "x" << rows << "x" << k;
+      }
+    }
+  }
+  quant::set_isa(saved);
 }
 
 }  // namespace
