@@ -21,43 +21,13 @@ std::vector<float> dense(const TensorView& w, const char* what, int64_t layer) {
   return out;
 }
 
-// y[t][o] = sum_i W[o][i] x[t][i] for t < n (W [out][in]). Four rows of W against each token's
-// row at a time (compute::dot_f32_rows: the token's row loaded once for the four), the rows of W
-// split across the pool.
+// y[t][o] = sum_i W[o][i] x[t][i] for t < n (W [out][in]): compute::gemm_f32_nt.
 void mat(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* x, int64_t n, float* y) {
-  pool.parallel_for((out + 3) / 4, [&](int64_t b0, int64_t b1) {
-    float r[4];
-    for (int64_t o = b0 * 4; o < std::min(out, b1 * 4); o += 4) {
-      const int64_t k = std::min<int64_t>(4, out - o);
-      for (int64_t t = 0; t < n; ++t) {
-        compute::dot_f32_rows(w.data() + o * in, k, x + t * in, in, r);
-        for (int64_t j = 0; j < k; ++j) y[t * out + o + j] = r[j];
-      }
-    }
-  }, 4);
+  compute::gemm_f32_nt(pool, x, n, w.data(), out, in, y);
 }
-// dx[t][i] += sum_o W[o][i] dy[t][o] for t < n: the columns split across the pool in blocks of
-// 64, each block's n rows summed in a buffer that stays in L1 (compute::axpy_rows: W's piece
-// loaded once for four tokens), a row of W whose dy is 0 for every token skipped.
+// dx[t][i] += sum_o W[o][i] dy[t][o] for t < n: compute::gemm_f32_nn_acc.
 void mat_t(ThreadPool& pool, const std::vector<float>& w, int64_t out, int64_t in, const float* dy, int64_t n, float* dx) {
-  constexpr int64_t kBlock = 64;
-  std::vector<char> any(static_cast<size_t>(out), 0);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t o = 0; o < out; ++o) any[static_cast<size_t>(o)] |= dy[t * out + o] != 0.0f;
-  pool.parallel_for((in + kBlock - 1) / kBlock, [&](int64_t b0, int64_t b1) {
-    std::vector<float> acc(static_cast<size_t>(n * kBlock)), a(static_cast<size_t>(n));
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t i0 = b * kBlock, len = std::min(kBlock, in - i0);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t o = 0; o < out; ++o) {
-        if (!any[static_cast<size_t>(o)]) continue;
-        for (int64_t t = 0; t < n; ++t) a[static_cast<size_t>(t)] = dy[t * out + o];
-        compute::axpy_rows(a.data(), w.data() + o * in + i0, acc.data(), n, len);
-      }
-      // acc's rows have stride len (axpy_rows' y is [n][len]).
-      for (int64_t t = 0; t < n; ++t) compute::axpy(1.0f, acc.data() + t * len, dx + t * in + i0, len);
-    }
-  }, 1);
+  compute::gemm_f32_nn_acc(pool, dy, n, w.data(), out, in, dx);
 }
 
 // The rotation RoPE applied at `pos` (compute::rope_neox / rope_adjacent's angles), undone:
@@ -78,13 +48,25 @@ void rope_back(float* x, int64_t n_heads, int64_t hd, int64_t pos, const LayerCo
   }
 }
 
-double gelu_grad(double x) {
-  const double k = std::sqrt(2.0 / 3.14159265358979323846), u = k * (x + 0.044715 * x * x * x), th = std::tanh(u);
-  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * k * (1.0 + 3.0 * 0.044715 * x * x);
-}
-double silu_grad(double x) {
-  const double s = 1.0 / (1.0 + std::exp(-x));
-  return s * (1.0 + x * (1.0 - s));
+// The activation f(g) and its derivative f'(g) at once (one tanh or exp per value; float, as the
+// forward pass): GELU's tanh form (Hendrycks & Gimpel 2016) f = 0.5 g (1 + t), t = tanh(u),
+// u = k (g + 0.044715 g^3), k = sqrt(2 / pi), f' = 0.5 (1 + t) + 0.5 g (1 - t^2) u'; SiLU
+// f = g s, s = 1 / (1 + e^-g), f' = s (1 + g (1 - s)).
+void act_and_grad(Activation a, const float* g, float* f, float* fp, int64_t n) {
+  if (a == Activation::Silu) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = 1.0f / (1.0f + std::exp(-g[i]));
+      f[i] = g[i] * s;
+      fp[i] = s * (1.0f + g[i] * (1.0f - s));
+    }
+    return;
+  }
+  const float k = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i], t = std::tanh(k * (x + 0.044715f * x * x * x));
+    f[i] = 0.5f * x * (1.0f + t);
+    fp[i] = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+  }
 }
 
 }  // namespace
@@ -148,20 +130,22 @@ std::vector<double> EditTail::run(const std::vector<TailSeq>& seqs, std::vector<
   auto post_w = [&](const std::vector<float>& w) { return c.post_norms ? w.data() : no_w; };
   if (prefix && prefix->size() != ns)
     throw Error(ErrorKind::InvalidArgument, "EditTail: " + std::to_string(prefix->size()) + " prefixes for " + std::to_string(ns) + " sequences");
-  // Rows computed: positions a0[q]..n-1 of sequence q (a0 = from_pos with a prefix, else 0),
-  // stacked: position T of sequence q is row off[q] + T - a0[q]. The attention probabilities of
-  // its head h over the sequence's n positions start at poff[q] + ((T - a0) nh + h) n.
-  std::vector<int64_t> off(ns + 1, 0), poff(ns + 1, 0), t0(ns), a0(ns, 0);
+  // Rows computed: positions a0[q]..len[q]-1 of sequence q (a0 = from_pos with a prefix, else 0;
+  // len = n, or from_pos when making a prefix: only the positions before it), stacked: position T
+  // of sequence q is row off[q] + T - a0[q]. The attention probabilities of its head h over the
+  // sequence's len positions start at poff[q] + ((T - a0) nh + h) len.
+  std::vector<int64_t> off(ns + 1, 0), poff(ns + 1, 0), t0(ns), a0(ns, 0), len(ns);
   for (size_t q = 0; q < ns; ++q) {
     t0[q] = std::clamp<int64_t>(seqs[q].from_pos, 0, seqs[q].n - 1);
+    len[q] = prefix_out ? t0[q] : seqs[q].n;
     if (prefix) {
       if ((*prefix)[q].from_pos != t0[q] || (*prefix)[q].k.size() != nl)
         throw Error(ErrorKind::InvalidArgument, "EditTail: prefix " + std::to_string(q) + " was made for another sequence");
       a0[q] = t0[q];
     }
-    const int64_t na = seqs[q].n - a0[q];
+    const int64_t na = len[q] - a0[q];
     off[q + 1] = off[q] + na;
-    poff[q + 1] = poff[q] + na * nh * seqs[q].n;
+    poff[q + 1] = poff[q] + na * nh * len[q];
   }
   const int64_t N = off[ns];
   // Key and value rows of position j of sequence q at layer li (a prefix's below a0).
@@ -172,12 +156,12 @@ std::vector<double> EditTail::run(const std::vector<TailSeq>& seqs, std::vector<
     return j < a0[q] ? (*prefix)[q].v[li].data() + j * kd : v.data() + (off[q] + j - a0[q]) * kd;
   };
   struct Saved {
-    std::vector<float> x, a, qraw, kraw, q, k, v, p, o, z, mid, b, g, u, act, m;
+    std::vector<float> x, a, qraw, kraw, q, k, v, p, o, z, mid, b, g, u, f, fp, act, m;  // f, fp: the activation of g and its derivative
   };
   std::vector<Saved> sv(nl);
   std::vector<float> x(static_cast<size_t>(N * H));
   for (size_t q = 0; q < ns; ++q)
-    std::copy(seqs[q].x->begin() + a0[q] * H, seqs[q].x->begin() + seqs[q].n * H, x.begin() + off[q] * H);
+    std::copy(seqs[q].x->begin() + a0[q] * H, seqs[q].x->begin() + len[q] * H, x.begin() + off[q] * H);
   if (prefix_out) {
     prefix_out->assign(ns, {});
     for (size_t q = 0; q < ns; ++q) {
@@ -221,7 +205,7 @@ std::vector<double> EditTail::run(const std::vector<TailSeq>& seqs, std::vector<
     s.p.assign(static_cast<size_t>(poff[ns]), 0.0f);
     s.o.assign(static_cast<size_t>(N * qd), 0.0f);
     for (size_t sq = 0; sq < ns; ++sq) {
-      const int64_t n = seqs[sq].n, b0 = off[sq] - a0[sq];  // row of position t: b0 + t
+      const int64_t n = len[sq], b0 = off[sq] - a0[sq];  // row of position t: b0 + t
       for (int64_t t = a0[sq]; t < n; ++t) {
         if (c.qk_norm) {
           compute::rmsnorm_rows(s.q.data() + (b0 + t) * qd, W.q_norm.data(), nh, hd, eps);
@@ -266,10 +250,10 @@ std::vector<double> EditTail::run(const std::vector<TailSeq>& seqs, std::vector<
     s.act.resize(static_cast<size_t>(N * F));
     mat(pool_, D.wg, F, H, s.b.data(), N, s.g.data());
     mat(pool_, D.wu, F, H, s.b.data(), N, s.u.data());
-    for (int64_t i = 0; i < N * F; ++i)
-      s.act[static_cast<size_t>(i)] =
-          (c.activation == Activation::Silu ? compute::silu(s.g[static_cast<size_t>(i)]) : compute::gelu_tanh(s.g[static_cast<size_t>(i)])) *
-          s.u[static_cast<size_t>(i)];
+    s.f.resize(static_cast<size_t>(N * F));
+    s.fp.resize(static_cast<size_t>(N * F));
+    act_and_grad(c.activation, s.g.data(), s.f.data(), s.fp.data(), N * F);
+    for (int64_t i = 0; i < N * F; ++i) s.act[static_cast<size_t>(i)] = s.f[static_cast<size_t>(i)] * s.u[static_cast<size_t>(i)];
     s.m.resize(static_cast<size_t>(N * H));
     mat(pool_, D.wd, H, F, s.act.data(), N, s.m.data());
     x = s.mid;
@@ -280,42 +264,56 @@ std::vector<double> EditTail::run(const std::vector<TailSeq>& seqs, std::vector<
   const ModelWeights& MW = model_.weights();
   std::vector<double> out(ns);
   std::vector<float> dx(static_cast<size_t>(N * H), 0.0f), row(static_cast<size_t>(H)), hT(static_cast<size_t>(ns) * H),
-      all_logits(static_cast<size_t>(ns) * c.vocab), dh(static_cast<size_t>(H));
+      all_logits(static_cast<size_t>(ns) * c.vocab);
   for (size_t sq = 0; sq < ns; ++sq)
     compute::rmsnorm(x.data() + (off[sq + 1] - 1) * H, MW.output_norm.data(), hT.data() + sq * H, H, eps);
   compute::matmul(pool_, MW.lm_head, hT.data(), static_cast<int64_t>(ns), all_logits.data());  // lm_head read once
   if (top1) top1->assign(ns, -1);
+  // Per sequence: e_v = exp(logit_v - max) by the SIMD exp (in place of the logits), summed in
+  // double: lse = max + ln sum e_v, p_v = e_v / sum. With a final softcap, raw keeps the logits
+  // before it.
+  std::vector<float> raw;
+  if (c.final_logit_softcap > 0 && grads) raw = all_logits;
+  std::vector<double> zs(ns);
   for (size_t sq = 0; sq < ns; ++sq) {
-    const int64_t last = off[sq + 1] - 1, target = seqs[sq].target;
-    const float* xT = x.data() + last * H;
-    std::vector<float> logits(all_logits.begin() + static_cast<int64_t>(sq) * c.vocab, all_logits.begin() + static_cast<int64_t>(sq + 1) * c.vocab);
-    const std::vector<float> raw = logits;
+    const int64_t target = seqs[sq].target;
+    float* logits = all_logits.data() + static_cast<int64_t>(sq) * c.vocab;
     if (c.final_logit_softcap > 0)
-      for (float& v : logits) v = c.final_logit_softcap * std::tanh(v / c.final_logit_softcap);
-    if (top1) (*top1)[sq] = std::max_element(logits.begin(), logits.end()) - logits.begin();
-    const double mx = *std::max_element(logits.begin(), logits.end());
+      for (int64_t v = 0; v < c.vocab; ++v) logits[v] = c.final_logit_softcap * std::tanh(logits[v] / c.final_logit_softcap);
+    if (top1) (*top1)[sq] = std::max_element(logits, logits + c.vocab) - logits;
+    const float lt = logits[target];
+    const compute::ExpSum es = compute::exp_shifted_sum(logits, c.vocab);
     double z = 0;
-    for (float v : logits) z += std::exp(v - mx);
-    const double lse = mx + std::log(z);
-    out[sq] = logits[static_cast<size_t>(target)] - lse;
-    if (!grads) continue;
-    // d lp / d logit_v = [v == target] - p_v; rows with p_v below 1e-6 are left out of lm_head's
-    // transpose (each would add under 1e-6 of a row).
-    std::fill(dh.begin(), dh.end(), 0.0f);
-    for (int64_t v = 0; v < c.vocab; ++v) {
-      const double p = std::exp(logits[static_cast<size_t>(v)] - lse);
-      if (v != target && p < 1e-6) continue;
-      double dl = (v == target ? 1.0 : 0.0) - p;
-      if (c.final_logit_softcap > 0) {
-        const double th = std::tanh(raw[static_cast<size_t>(v)] / c.final_logit_softcap);
-        dl *= 1.0 - th * th;
-      }
-      quant::dequantize_row(MW.lm_head.type, MW.lm_head.row(v), row.data(), H);
-      compute::axpy(static_cast<float>(dl), row.data(), dh.data(), H);
-    }
-    rmsnorm_backward(xT, MW.output_norm.data(), dh.data(), dx.data() + last * H, H, eps);
+    for (int64_t v = 0; v < c.vocab; ++v) z += logits[v];
+    zs[sq] = z;
+    out[sq] = lt - (es.max + std::log(z));
   }
   if (!grads) return out;
+  // d lp / d logit_v = [v == target] - p_v, through lm_head's transpose: each row of lm_head that
+  // some sequence needs is dequantised once and added to every sequence's dh (rows with p_v below
+  // 1e-6 in every sequence are left out: each would add under 1e-6 of a row).
+  std::vector<float> dh_all(static_cast<size_t>(ns) * H, 0.0f), coef(ns);
+  for (int64_t v = 0; v < c.vocab; ++v) {
+    bool any = false;
+    for (size_t sq = 0; sq < ns; ++sq) {
+      const double p = all_logits[static_cast<size_t>(static_cast<int64_t>(sq) * c.vocab + v)] / zs[sq];
+      double dl = (v == seqs[sq].target ? 1.0 : 0.0) - p;
+      if (v != seqs[sq].target && p < 1e-6) dl = 0;
+      if (dl != 0 && c.final_logit_softcap > 0) {
+        const double th = std::tanh(raw[static_cast<size_t>(static_cast<int64_t>(sq) * c.vocab + v)] / c.final_logit_softcap);
+        dl *= 1.0 - th * th;
+      }
+      coef[sq] = static_cast<float>(dl);
+      any |= dl != 0;
+    }
+    if (!any) continue;
+    quant::dequantize_row(MW.lm_head.type, MW.lm_head.row(v), row.data(), H);
+    compute::axpy_rows(coef.data(), row.data(), dh_all.data(), static_cast<int64_t>(ns), H);
+  }
+  for (size_t sq = 0; sq < ns; ++sq) {
+    const int64_t last = off[sq + 1] - 1;
+    rmsnorm_backward(x.data() + last * H, MW.output_norm.data(), dh_all.data() + sq * H, dx.data() + last * H, H, eps);
+  }
   // Backward. Rows before a sequence's from_pos are not varied: their gradient stays 0 and the
   // work for them is skipped (their keys and values, a prefix's included, receive nothing).
   std::vector<char> live(static_cast<size_t>(N), 0);
@@ -338,9 +336,7 @@ std::vector<double> EditTail::run(const std::vector<TailSeq>& seqs, std::vector<
     std::vector<float> dg(static_cast<size_t>(N * F), 0.0f), du(static_cast<size_t>(N * F), 0.0f);
     for (int64_t i = 0; i < N * F; ++i) {
       if (dact[static_cast<size_t>(i)] == 0.0f) continue;
-      const double g = s.g[static_cast<size_t>(i)];
-      const double f = c.activation == Activation::Silu ? compute::silu(static_cast<float>(g)) : compute::gelu_tanh(static_cast<float>(g));
-      const double fp = c.activation == Activation::Silu ? silu_grad(g) : gelu_grad(g);
+      const double f = s.f[static_cast<size_t>(i)], fp = s.fp[static_cast<size_t>(i)];
       dg[static_cast<size_t>(i)] = static_cast<float>(dact[static_cast<size_t>(i)] * s.u[static_cast<size_t>(i)] * fp);
       du[static_cast<size_t>(i)] = static_cast<float>(dact[static_cast<size_t>(i)] * f);
     }
