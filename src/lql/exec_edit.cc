@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <set>
+#include "compute/ops.h"
 #include "lql/edits.h"
 #include "lql/exec_internal.h"
 #include "inference/ffn.h"
@@ -168,14 +169,28 @@ int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float
   const FfnFeatureViews v = ffn_feature_views(c, w, f0);
   const int64_t r0 = v.row;  // the candidates' first row in *v.gate / *v.up, first column in *v.down
   std::vector<double> use(static_cast<size_t>(nf), 0.0), d(static_cast<size_t>(nf), 0.0);
-  std::vector<float> g(static_cast<size_t>(hidden)), u(static_cast<size_t>(hidden)), row(static_cast<size_t>(v.down->cols));
-  for (int64_t f = 0; f < nf; ++f) {
-    quant::dequantize_row(v.gate->type, v.gate->row(r0 + f), g.data(), hidden);
-    quant::dequantize_row(v.up->type, v.up->row(r0 + f), u.data(), hidden);
+  std::vector<float> row(static_cast<size_t>(v.down->cols));
+  {
+    // The candidates' gate and up rows in f32 [nf][hidden], every row of xs against them at once
+    // (compute::gemm_f32_nt: [xs][nf]).
+    std::vector<float> gw(static_cast<size_t>(nf * hidden)), uw(static_cast<size_t>(nf * hidden)), xm;
+    for (int64_t f = 0; f < nf; ++f) {
+      quant::dequantize_row(v.gate->type, v.gate->row(r0 + f), gw.data() + f * hidden, hidden);
+      quant::dequantize_row(v.up->type, v.up->row(r0 + f), uw.data() + f * hidden, hidden);
+    }
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (decoy_weight[i] != 0.0) xm.insert(xm.end(), xs[i].begin(), xs[i].end());
+    const int64_t n = static_cast<int64_t>(xm.size()) / hidden;
+    std::vector<float> ga(static_cast<size_t>(n * nf)), ua(static_cast<size_t>(n * nf));
+    compute::gemm_f32_nt(s.pool(), xm.data(), n, gw.data(), nf, hidden, ga.data());
+    compute::gemm_f32_nt(s.pool(), xm.data(), n, uw.data(), nf, hidden, ua.data());
+    int64_t t = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
       if (decoy_weight[i] == 0.0) continue;
-      const double a = dot(g.data(), xs[i].data(), hidden), b = dot(u.data(), xs[i].data(), hidden);
-      use[static_cast<size_t>(f)] += decoy_weight[i] * std::fabs(act(c, a) * b);
+      for (int64_t f = 0; f < nf; ++f)
+        use[static_cast<size_t>(f)] +=
+            decoy_weight[i] * std::fabs(act(c, ga[static_cast<size_t>(t * nf + f)]) * ua[static_cast<size_t>(t * nf + f)]);
+      ++t;
     }
   }
   for (int64_t r = 0; r < v.down->rows; ++r) {
