@@ -19,9 +19,12 @@
 namespace larql {
 class WeightSource;
 class OverlaySource;
+class Model;
 }
 
 namespace larql::lql {
+
+class EditTail;
 
 /// One fact of the KNN store.
 struct KnnFact {
@@ -42,6 +45,12 @@ struct InsertMemo {
   std::map<std::string, double> scale;                    ///< "LAYER|relation" -> the last up-row scale balanced
   std::map<int64_t, std::vector<std::vector<float>>> background;  ///< layer -> ordinary text's inputs, every position
   std::map<std::pair<int64_t, double>, std::vector<double>> whitener;  ///< (layer, ridge) -> Cholesky factor of their second moment + ridge [hidden^2]
+  /// MODE SUBJECT's EditTail of the base model from layer `tail->first()` (the f32 copies of the
+  /// layers after its install layer, ~300 MB for the default model: kept rather than
+  /// dequantised again by every INSERT), and the model it reads. Used only while no edit touches
+  /// those layers; the last one built is kept.
+  std::shared_ptr<const Model> tail_model;
+  std::shared_ptr<const EditTail> tail;
 };
 
 /// A patch in the stack: its name (the file it came from, or BEGIN PATCH's name) and its ops.

@@ -10,7 +10,8 @@
 //    residual leaving L.
 // 2. The key k = mean_i x_i - the decoy entities' mean under the same templates (base model,
 //    memoised); the gate direction r = P (C + lambda I)^-1 P k, P the projection off the decoys'
-//    subject rows and the earlier inserted entities' (their template mean), C ordinary text's
+//    subject rows and off those of the entities the session inserted before at L (their template
+//    mean) that r would otherwise score above a quarter of the threshold, C ordinary text's
 //    second moment at L (ROBUST's whitening). At the subject's
 //    token the fact's rows score far above ordinary text (Gemma 3 270M, layer 3: 8-15 against at
 //    most 0.6-2.2; ROBUST's last-position key scores 0.3 against 0.26 for some facts).
@@ -19,10 +20,11 @@
 //    ROBUST's minimum-variance functional b (b . x ~ 1), the gate G (r - tau b) with pre-activation
 //    kPreActivation at the mean score, the up row r / (s_mean kPreActivation): the feature's
 //    activation is ~1 on the fact's subject token and 0 elsewhere.
-// 4. The down column d: Adam (lr 0.5) on the mean over the 12 prompts of -log P(target) at the
-//    last position, plus kDecay |d|^2, the gradient through the layers after L by EditTail (the
-//    post-FFN norm of L included), at most kSteps steps, stopping once the prompts' geometric mean
-//    P(target) passes kStopP. ALPHA multiplies d.
+// 4. The down column d: L-BFGS (minimize_lbfgs; steps of at most kStep) on the mean over the 12
+//    prompts of -log P(target) at the last position, plus kDecay |d|^2, the gradient through the
+//    layers after L by EditTail (the post-FFN norm of L included), at most kSteps evaluations,
+//    stopping once the prompts' geometric mean P(target) passes kStopP. Adam (lr 0.5) took 10-25
+//    evaluations where L-BFGS takes 5-9 (docs/BENCHMARKS.md "MODE SUBJECT"). ALPHA multiplies d.
 // 5. The scale: the learned d is ~100x larger than the down matrix's entries, and a quantised
 //    down matrix stores the column inside blocks it shares with other features (Q4_K: 256 columns
 //    of a row, scales per 32). Written as is, each of the `hidden` rows' blocks is re-scaled for
@@ -41,6 +43,7 @@
 #include "lql/edit_tail.h"
 #include "lql/edits.h"
 #include "lql/exec_internal.h"
+#include "lql/minimize.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -51,8 +54,12 @@ namespace {
 const char* const kPrefixes[] = {"", "According to the records, "};
 constexpr double kThreshold = 0.5, kBackgroundMargin = 1.5;  // as ROBUST's
 constexpr double kPreActivation = 8.0;
+// An earlier inserted entity scoring above this fraction of the threshold is projected off the
+// gate (at most kEarlierRounds times the direction is made again).
+constexpr double kEarlierNear = 0.25;
+constexpr int kEarlierRounds = 4;
 constexpr int kSteps = 25;
-constexpr double kLr = 0.5, kStopP = 0.9, kDecay = 1e-4;
+constexpr double kStep = 20.0, kStopP = 0.9, kDecay = 1e-4;
 constexpr double kMinP = 0.1;  // below it after kSteps: refused (AT LAYER 16 of the default model ends near 1e-6)
 constexpr int64_t kMaxPromptTokens = 48;
 
@@ -195,7 +202,14 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   std::vector<std::vector<float>> earlier;
   {
     auto add_op = [&](const PatchOp& o) {
-      if (o.kind != PatchOp::Kind::Insert || o.layer != layer || o.entity.empty() || insert_lower(o.entity) == insert_lower(st.entity)) return;
+      if (o.kind != PatchOp::Kind::Insert || o.layer != layer || o.entity.empty()) return;
+      if (insert_lower(o.entity) == insert_lower(st.entity)) {
+        if (insert_lower(o.relation) == insert_lower(st.relation))
+          t.notes.push_back("\"" + o.entity + "\" -[" + o.relation + "]-> \"" + o.target + "\" is already inserted at L" +
+                            std::to_string(layer) + " (feature " + std::to_string(o.feature) +
+                            "); this INSERT adds a second feature for the same subject and relation (REMOVE PATCH undoes both)");
+        return;
+      }
       std::vector<std::vector<float>> rows;
       for (const auto& tp : templates) {
         try {
@@ -213,18 +227,39 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     if (s.edits().recording)
       for (const auto& o : s.edits().recording->patch.ops) add_op(o);
   }
-  SpanBasis basis;  // P: off the decoys' span and the earlier entities'
+  // P: off the decoys' span, and off the earlier entities this gate would open on: those whose
+  // row scores above kEarlierNear of the provisional threshold are added and r made again, until
+  // none is left above it (projecting every earlier entity fills the 640-dimensional space after
+  // a few hundred facts at a layer and leaves no direction).
+  SpanBasis basis;
   for (const auto& d : decoys) basis.add(std::vector<double>(d.begin(), d.end()));
-  for (const auto& e : earlier) basis.add(std::vector<double>(e.begin(), e.end()));
-  std::vector<double> r = k;
-  basis.project_out(r);
-  r = insert_whiten(s, layer, r);
-  basis.project_out(r);
-  const double rn = std::sqrt(std::inner_product(r.begin(), r.end(), r.begin(), 0.0));
-  if (!(rn > 1e-9))
-    throw Error(ErrorKind::InvalidArgument, "INSERT: \"" + st.entity + "\" is indistinguishable from the decoy entities at layer " +
-                                                std::to_string(layer));
-  for (double& v : r) v /= rn;
+  std::vector<double> r;
+  std::vector<char> projected(earlier.size(), 0);
+  const std::vector<std::vector<float>>& background = insert_background(s, layer);
+  for (int round = 0;; ++round) {
+    r = k;
+    basis.project_out(r);
+    r = insert_whiten(s, layer, r);
+    basis.project_out(r);
+    const double rn = std::sqrt(std::inner_product(r.begin(), r.end(), r.begin(), 0.0));
+    if (!(rn > 1e-9))
+      throw Error(ErrorKind::InvalidArgument, "INSERT: \"" + st.entity + "\" is indistinguishable from the decoy entities" +
+                                                  (round > 0 ? std::string(" and the entities inserted before it") : std::string()) +
+                                                  " at layer " + std::to_string(layer));
+    for (double& v : r) v /= rn;
+    if (round == kEarlierRounds) break;
+    double lo = INFINITY, bg = -INFINITY;
+    for (const auto& run : runs) lo = std::min(lo, insert_dot(r, run.x));
+    for (const auto& x : background) bg = std::max(bg, insert_dot(r, x));
+    const double tau0 = std::max(kThreshold * lo, kBackgroundMargin * bg);
+    bool added = false;
+    for (size_t e = 0; e < earlier.size(); ++e)
+      if (!projected[e] && insert_dot(r, earlier[e]) > kEarlierNear * tau0) {
+        basis.add(std::vector<double>(earlier[e].begin(), earlier[e].end()));
+        projected[e] = 1, added = true;
+      }
+    if (!added) break;
+  }
   // 3. Threshold, bias, gate and up rows.
   double s_min = INFINITY, s_max = -INFINITY, s_mean = 0, bg_max = -INFINITY;
   for (const auto& run : runs) {
@@ -233,7 +268,7 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     s_max = std::max(s_max, v);
     s_mean += v / static_cast<double>(runs.size());
   }
-  for (const auto& x : insert_background(s, layer)) bg_max = std::max(bg_max, insert_dot(r, x));
+  for (const auto& x : background) bg_max = std::max(bg_max, insert_dot(r, x));
   for (const auto& x : earlier) bg_max = std::max(bg_max, insert_dot(r, x));
   const double tau = std::max(kThreshold * s_min, kBackgroundMargin * bg_max);
   if (!(s_mean > 1.05 * tau) || !(tau > 0)) {
@@ -282,9 +317,27 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   }
   const LayerWeights& lw = model->weights().layers[static_cast<size_t>(layer)];
   const float* post = c.post_norms ? lw.post_ffn_norm.data() : nullptr;
-  EditTail tail(*model, layer + 1, s.pool());
+  // The layers after L: the memo's copy of the base model's while no edit touches them (they are
+  // then the session model's too), else dequantised for this INSERT.
+  std::shared_ptr<const EditTail> tail_ptr;
+  {
+    bool edited_after = false;
+    for (const auto& [l, f] : s.edits().touched) edited_after |= l > layer;
+    for (const auto& [l, cols] : s.edits().down_changed) edited_after |= l > layer && !cols.empty();
+    InsertMemo& memo = *s.edits().memo;
+    if (edited_after) {
+      tail_ptr = std::make_shared<const EditTail>(*model, layer + 1, s.pool());
+    } else {
+      if (!memo.tail || memo.tail->first() != layer + 1) {
+        memo.tail.reset();  // one copy at a time
+        memo.tail_model = s.base_model("INSERT");
+        memo.tail = std::make_shared<const EditTail>(*memo.tail_model, layer + 1, s.pool());
+      }
+      tail_ptr = memo.tail;
+    }
+  }
+  const EditTail& tail = *tail_ptr;
   std::vector<float> d(static_cast<size_t>(H), 0.0f), dy(static_cast<size_t>(H));
-  std::vector<double> m1(static_cast<size_t>(H), 0.0), m2(static_cast<size_t>(H), 0.0), gd(static_cast<size_t>(H));
   double mean_lp = -INFINITY;
   int steps = 0;
   std::vector<std::vector<float>> rows(runs.size()), grads;
@@ -296,13 +349,14 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     for (const SubjectRun& run : runs) batch.push_back({&run.rows, run.n, target, run.pos});
     prefix = tail.prefixes(batch);
   }
-  for (; steps < kSteps; ++steps) {
-    std::fill(gd.begin(), gd.end(), 0.0);
+  // f(d) = -mean lp + decay |d|^2 and its gradient.
+  auto eval = [&](const std::vector<float>& dv, std::vector<double>& g) -> double {
+    std::fill(g.begin(), g.end(), 0.0);
     std::vector<EditTail::TailSeq> batch;
     for (size_t i = 0; i < runs.size(); ++i) {
       const SubjectRun& run = runs[i];
       std::vector<float>& yi = ys[i];
-      for (int64_t j = 0; j < H; ++j) yi[static_cast<size_t>(j)] = run.m[static_cast<size_t>(j)] + static_cast<float>(act[i]) * d[static_cast<size_t>(j)];
+      for (int64_t j = 0; j < H; ++j) yi[static_cast<size_t>(j)] = run.m[static_cast<size_t>(j)] + static_cast<float>(act[i]) * dv[static_cast<size_t>(j)];
       rows[i] = run.rows;
       float* hp = rows[i].data() + run.pos * H;
       if (post) compute::rmsnorm(yi.data(), post, hp, H, c.norm_eps);
@@ -317,17 +371,24 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
       mean_lp += lps[i] / static_cast<double>(runs.size());
       if (post) rmsnorm_backward(ys[i].data(), post, grads[i].data() + run.pos * H, dy.data(), H, c.norm_eps);
       else std::copy(grads[i].begin() + run.pos * H, grads[i].begin() + (run.pos + 1) * H, dy.begin());
-      for (int64_t j = 0; j < H; ++j) gd[static_cast<size_t>(j)] -= act[i] * dy[static_cast<size_t>(j)] / static_cast<double>(runs.size());
+      for (int64_t j = 0; j < H; ++j) g[static_cast<size_t>(j)] -= act[i] * dy[static_cast<size_t>(j)] / static_cast<double>(runs.size());
     }
-    if (std::exp(mean_lp) > kStopP) break;
-    // Adam (Kingma & Ba 2015, algorithm 1; beta1 0.9, beta2 0.999, eps 1e-8).
-    const double b1 = 0.9, b2 = 0.999, c1 = 1 - std::pow(b1, steps + 1), c2 = 1 - std::pow(b2, steps + 1);
+    double f = -mean_lp;
     for (int64_t j = 0; j < H; ++j) {
-      const double g = gd[static_cast<size_t>(j)] + 2 * kDecay * d[static_cast<size_t>(j)];
-      m1[static_cast<size_t>(j)] = b1 * m1[static_cast<size_t>(j)] + (1 - b1) * g;
-      m2[static_cast<size_t>(j)] = b2 * m2[static_cast<size_t>(j)] + (1 - b2) * g * g;
-      d[static_cast<size_t>(j)] -= static_cast<float>(kLr * (m1[static_cast<size_t>(j)] / c1) / (std::sqrt(m2[static_cast<size_t>(j)] / c2) + 1e-8));
+      f += kDecay * dv[static_cast<size_t>(j)] * dv[static_cast<size_t>(j)];
+      g[static_cast<size_t>(j)] += 2 * kDecay * dv[static_cast<size_t>(j)];
     }
+    return f;
+  };
+  MinimizeOptions mo;
+  mo.first_step = mo.max_step = kStep;
+  mo.max_evals = kSteps;
+  const MinimizeResult res = minimize_lbfgs(d, eval, [&] { return std::exp(mean_lp) > kStopP; }, mo);
+  steps = res.evals;
+  {
+    double dd = 0;
+    for (float v : d) dd += static_cast<double>(v) * v;
+    mean_lp = -(res.f - kDecay * dd);  // the prompts' mean log-probability at the d returned
   }
   // A value that did not make the target likely (too few layers after L to carry it: AT LAYER
   // n_layers - 2 ends near 1e-6) is refused, as ROBUST refuses; nothing is installed.
