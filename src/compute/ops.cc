@@ -169,27 +169,38 @@ void axpy_rows(const float* a, const float* x, float* y, int64_t rows, int64_t n
   simd_kernels().axpy_rows(a, x, y, rows, n);
 }
 
+namespace {
+// The f32 GEMM kernels for the active ISA: AVX-512's when it is active (the same bits as the
+// table's), else the SimdKernels table's.
+GemmF32Kernels gemm_f32_kernels() {
+  if (quant::active_isa() >= quant::Isa::AVX512) return *gemm_f32_avx512();
+  return {simd_kernels().gemm_nt, simd_kernels().gemm_nn_acc};
+}
+}  // namespace
+
 void gemm_f32_nt(ThreadPool& pool, const float* x, int64_t n, const float* w, int64_t rows, int64_t k, float* y) {
-  // Blocks of 24 rows of w (a multiple of the AVX2 tile's 3): ~200 KB at k = 2048, in L2 while
-  // every token passes.
+  // Blocks of 24 rows of w (a multiple of the tiles' 3 and 4 rows): ~200 KB at k = 2048, in L2
+  // while every token passes.
   constexpr int64_t kRows = 24;
+  const GemmF32Kernels kern = gemm_f32_kernels();
   pool.parallel_for((rows + kRows - 1) / kRows, [&](int64_t b0, int64_t b1) {
     const int64_t r0 = b0 * kRows, r1 = std::min(rows, b1 * kRows);
-    simd_kernels().gemm_nt(x, n, w + r0 * k, r1 - r0, k, y + r0, rows);
+    kern.nt(x, n, w + r0 * k, r1 - r0, k, y + r0, rows);
   });
 }
 void gemm_f32_nn_acc(ThreadPool& pool, const float* a, int64_t n, const float* w, int64_t rows, int64_t cols, float* y) {
-  // Blocks of 16 columns (the AVX2 tile's width) packed into [rows][16] before the tokens pass:
+  // Blocks of 32 columns (the tiles' 16 and 32) packed into [rows][32] before the tokens pass:
   // read in place, a block's rows lie cols * 4 bytes apart, and at a power-of-two width (2048
   // floats: 8 KB) every one of them falls in the same few cache sets, so the block would not stay
   // in cache between groups of tokens.
-  constexpr int64_t kCols = 16;
+  constexpr int64_t kCols = 32;
+  const GemmF32Kernels kern = gemm_f32_kernels();
   pool.parallel_for((cols + kCols - 1) / kCols, [&](int64_t b0, int64_t b1) {
     std::vector<float> panel(static_cast<size_t>(rows * kCols));
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t c0 = b * kCols, len = std::min(kCols, cols - c0);
       for (int64_t o = 0; o < rows; ++o) std::memcpy(panel.data() + o * len, w + o * cols + c0, static_cast<size_t>(len) * sizeof(float));
-      simd_kernels().gemm_nn_acc(a, rows, n, panel.data(), len, rows, len, y + c0, cols);
+      kern.nn_acc(a, rows, n, panel.data(), len, rows, len, y + c0, cols);
     }
   });
 }

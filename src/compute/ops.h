@@ -86,13 +86,15 @@ void dot_f32_rows(const float* x, int64_t rows, const float* y, int64_t n, float
 /// axpy(a[r], x, y + r * n, n) for r < rows, each bit for bit; x is loaded once for up to 4 rows.
 void axpy_rows(const float* a, const float* x, float* y, int64_t rows, int64_t n);
 /// y[t][r] = sum_i x[t][i] w[r][i]: x [n][k], w [rows][k], y [n][rows], all f32 row-major
-/// (Y = X W^T, a layer's f32 weight applied to n tokens). Each element is summed in an order that
-/// depends on k alone, so a token's row is the same bits whatever other tokens are in the batch
-/// (not dot_f32's bits). Split over the pool by blocks of rows of w.
+/// (Y = X W^T, a layer's f32 weight applied to n tokens). Each element is summed in dot_f32's
+/// AVX2 order (its bits at AVX2 and above; the scalar table emulates that order), so a token's row
+/// is the same bits whatever other tokens are in the batch and whatever the ISA. AVX-512 tiles
+/// when it is active. Split over the pool by blocks of rows of w.
 void gemm_f32_nt(ThreadPool& pool, const float* x, int64_t n, const float* w, int64_t rows, int64_t k, float* y);
 /// y[t][i] += sum_o a[t][o] w[o][i]: a [n][rows], w [rows][cols], y [n][cols] f32 row-major
 /// (Y += A W, the transpose of gemm_f32_nt's product: a backward pass through w). Per element
-/// one fused multiply-add per o in order, whatever n. Split over the pool by blocks of columns.
+/// one fused multiply-add per o in order, whatever n or the ISA. Split over the pool by blocks of
+/// columns, each packed before use.
 void gemm_f32_nn_acc(ThreadPool& pool, const float* a, int64_t n, const float* w, int64_t rows, int64_t cols, float* y);
 /// Which f32 kernels (axpy, dot_f32, softmax's exp, GELU, norms) the active ISA
 /// (quant::active_isa(), read at each call) selects: "avx2" (AVX2 or above) or "scalar".

@@ -68,18 +68,26 @@ void dot_rows_scalar(const float* x, int64_t rows, const float* y, int64_t n, fl
 void axpy_rows_scalar(const float* a, const float* x, float* y, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) axpy_scalar(a[r], x, y + r * n, n);
 }
-// The AVX2 kernels' order: eight lanes, lane j summing elements i = j mod 8 of the whole chunks
-// with one fma each, the lanes added pairwise (0+4, 1+5, ...; then 0+2, 1+3; then 0+1), then the
-// tail in order. Here with std::fma, so both tables give the same bits.
+// dot_avx2's order (simd_avx2.cc), emulated: lanes 0-7 sum elements i..i+7 of each whole 16
+// with one fma each, lanes 8-15 elements i+8..i+15, a last 8 goes to lanes 0-7; lanes j and j+8
+// are added, then pairwise (j + j+4, j + j+2, 0 + 1); the tail is a plain multiply and add.
 float gemm_dot_scalar(const float* x, const float* w, int64_t k) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float lo[8] = {0, 0, 0, 0, 0, 0, 0, 0}, hi[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
-  for (; i + 8 <= k; i += 8)
-    for (int j = 0; j < 8; ++j) lane[j] = std::fma(x[i + j], w[i + j], lane[j]);
-  for (int j = 0; j < 4; ++j) lane[j] += lane[j + 4];
-  for (int j = 0; j < 2; ++j) lane[j] += lane[j + 2];
-  float s = lane[0] + lane[1];
-  for (; i < k; ++i) s = std::fma(x[i], w[i], s);
+  for (; i + 16 <= k; i += 16)
+    for (int j = 0; j < 8; ++j) {
+      lo[j] = std::fma(x[i + j], w[i + j], lo[j]);
+      hi[j] = std::fma(x[i + 8 + j], w[i + 8 + j], hi[j]);
+    }
+  if (i + 8 <= k) {
+    for (int j = 0; j < 8; ++j) lo[j] = std::fma(x[i + j], w[i + j], lo[j]);
+    i += 8;
+  }
+  for (int j = 0; j < 8; ++j) lo[j] += hi[j];
+  for (int j = 0; j < 4; ++j) lo[j] += lo[j + 4];
+  for (int j = 0; j < 2; ++j) lo[j] += lo[j + 2];
+  float s = lo[0] + lo[1];
+  for (; i < k; ++i) s += x[i] * w[i];
   return s;
 }
 void gemm_nt_scalar(const float* x, int64_t n, const float* w, int64_t rows, int64_t k, float* y, int64_t ldy) {

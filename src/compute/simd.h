@@ -36,9 +36,9 @@ struct SimdKernels {
   void (*dot_rows)(const float* x, int64_t rows, const float* y, int64_t n, float* out);
   /// y + r * n += a[r] * x for r < rows, each as `axpy` (x loaded once).
   void (*axpy_rows)(const float* a, const float* x, float* y, int64_t rows, int64_t n);
-  /// y[t * ldy + r] = sum_i x[t * k + i] w[r * k + i] for t < n, r < rows. Each element in one
-  /// fixed order that depends on k alone (never on n, rows or where it falls in a tile), so a
-  /// token's result does not depend on the other tokens of the batch.
+  /// y[t * ldy + r] = sum_i x[t * k + i] w[r * k + i] for t < n, r < rows. Each element in
+  /// dot_avx2's order (simd.cc's gemm_dot_scalar emulates it), never depending on n, rows or
+  /// where it falls in a tile: a token's result does not depend on the other tokens of the batch.
   void (*gemm_nt)(const float* x, int64_t n, const float* w, int64_t rows, int64_t k, float* y, int64_t ldy);
   /// y[t * ldy + i] += sum_o a[t * lda + o] w[o * ldw + i] for t < n, i < cols, the sum over
   /// o = 0..rows-1 in order with one fused multiply-add each (per element, the same chain
@@ -46,6 +46,14 @@ struct SimdKernels {
   void (*gemm_nn_acc)(const float* a, int64_t lda, int64_t n, const float* w, int64_t ldw, int64_t rows, int64_t cols, float* y,
                       int64_t ldy);
 };
+
+/// AVX-512 versions of SimdKernels' gemm_nt / gemm_nn_acc (gemm_f32_avx512.cc), the same bits
+/// per element; compute::gemm_f32_nt / gemm_f32_nn_acc use them when the active ISA is AVX-512.
+struct GemmF32Kernels {
+  decltype(SimdKernels::gemm_nt) nt;
+  decltype(SimdKernels::gemm_nn_acc) nn_acc;
+};
+const GemmF32Kernels* gemm_f32_avx512();
 
 /// The table for quant::active_isa() (read at each call): AVX2 at AVX2 or above, else scalar.
 const SimdKernels& simd_kernels();

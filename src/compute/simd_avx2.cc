@@ -90,40 +90,46 @@ void axpy_rows_avx2(const float* a, const float* x, float* y, int64_t rows, int6
   for (; r < rows; ++r) axpy_avx2(a[r], x, y + r * n, n);
 }
 
-// gemm_nt: tiles of R rows of w by T tokens of x, one 8-lane accumulator per pair (R T <= 12
-// of the 16 registers), reduced as simd.cc's gemm_dot_scalar: each element's bits do not depend
-// on the tile it falls in.
-inline float hsum_pairwise(__m256 a) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));  // j + (j+4)
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));                                          // j + (j+2)
-  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));                                      // 0 + 1
-  return _mm_cvtss_f32(h);
-}
+// gemm_nt: tiles of R rows of w by T tokens of x, per pair dot_avx2's two 8-lane accumulators
+// (elements i..i+7 and i+8..i+15 of each 16, then a last 8 into the first), its reduction and its
+// scalar tail: each element is dot_avx2's bits, whatever tile it falls in.
 template <int R, int T>
 void gemm_nt_tile(const float* x, const float* w, int64_t k, float* y, int64_t ldy) {
-  __m256 acc[R][T];
+  __m256 lo[R][T], hi[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; ++t) lo[r][t] = hi[r][t] = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 <= k; i += 8) {
+  for (; i + 16 <= k; i += 16) {
     __m256 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + r * k + i);
     for (int t = 0; t < T; ++t) {
       const __m256 xv = _mm256_loadu_ps(x + t * k + i);
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+      for (int r = 0; r < R; ++r) lo[r][t] = _mm256_fmadd_ps(xv, wv[r], lo[r][t]);
+    }
+    for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + r * k + i + 8);
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(x + t * k + i + 8);
+      for (int r = 0; r < R; ++r) hi[r][t] = _mm256_fmadd_ps(xv, wv[r], hi[r][t]);
     }
   }
+  const bool eight = i + 8 <= k;
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) {
-      float s = hsum_pairwise(acc[r][t]);
-      for (int64_t j = i; j < k; ++j) s = std::fma(x[t * k + j], w[r * k + j], s);
-      y[t * ldy + r] = s;
+      __m256 a = lo[r][t];
+      if (eight) a = _mm256_fmadd_ps(_mm256_loadu_ps(x + t * k + i), _mm256_loadu_ps(w + r * k + i), a);
+      a = _mm256_add_ps(a, hi[r][t]);
+      __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+      float sum = _mm_cvtss_f32(h);
+      for (int64_t j = i + (eight ? 8 : 0); j < k; ++j) sum += x[t * k + j] * w[r * k + j];
+      y[t * ldy + r] = sum;
     }
 }
 template <int R>
 void gemm_nt_rows(const float* x, int64_t n, const float* w, int64_t k, float* y, int64_t ldy) {
   int64_t t = 0;
-  for (; t + 4 <= n; t += 4) gemm_nt_tile<R, 4>(x + t * k, w, k, y + t * ldy, ldy);
+  for (; t + 2 <= n; t += 2) gemm_nt_tile<R, 2>(x + t * k, w, k, y + t * ldy, ldy);
   for (; t < n; ++t) gemm_nt_tile<R, 1>(x + t * k, w, k, y + t * ldy, ldy);
 }
 void gemm_nt_avx2(const float* x, int64_t n, const float* w, int64_t rows, int64_t k, float* y, int64_t ldy) {

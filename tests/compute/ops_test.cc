@@ -505,18 +505,19 @@ namespace larql {
 namespace {
 
 // gemm_f32_nt / gemm_f32_nn_acc (EditTail's f32 layers, LQL's slot choice): against a double
-// product; each element the same bits whatever the batch (a token run alone or among others,
-// at any place in the tiles) and on the scalar and AVX2 tables (simd.cc's lane order); the
-// accumulating form adds to what y held. Sizes with and without tails of the 3 x 4 and 6 x 16
-// tiles, and a power-of-two width (the packed panels).
+// product; each element the same bits whatever the batch (a token run alone or among others, at
+// any place in the tiles) and on every ISA (scalar, AVX2, AVX-512: one order, simd.cc's), the
+// nt form's element dot_f32's bits at AVX2; the accumulating form adds to what y held. Sizes with
+// and without tails of the tiles, and a power-of-two width (the packed panels).
 TEST(Ops, F32GemmsMatchADoubleProductAndDoNotDependOnTheBatch) {
   const quant::Isa saved = quant::active_isa();
   ThreadPool pool(2);
-  for (auto [n, rows, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 7}, {5, 7, 40}, {13, 50, 259}, {8, 48, 256}, {7, 33, 2048}}) {
+  for (auto [n, rows, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 7}, {5, 7, 40}, {13, 50, 259}, {8, 48, 256}, {7, 33, 2048}, {14, 9, 24}, {25, 70, 640}}) {
     const std::vector<float> x = randn(static_cast<size_t>(n * k), 31 + n), w = randn(static_cast<size_t>(rows * k), 32 + rows);
     const std::vector<float> a = randn(static_cast<size_t>(n * rows), 33 + k), y0 = randn(static_cast<size_t>(n * k), 34);
-    std::vector<float> y_avx, acc_avx;
-    for (quant::Isa isa : {quant::Isa::AVX2, quant::Isa::Scalar}) {
+    std::vector<float> y_ref, acc_ref;
+    for (quant::Isa isa : {quant::Isa::AVX2, quant::Isa::AVX512, quant::Isa::Scalar}) {
+      if (isa > quant::detect_isa()) continue;
       quant::set_isa(isa);
       std::vector<float> y(static_cast<size_t>(n * rows));
       compute::gemm_f32_nt(pool, x.data(), n, w.data(), rows, k, y.data());
@@ -549,10 +550,13 @@ TEST(Ops, F32GemmsMatchADoubleProductAndDoNotDependOnTheBatch) {
         ASSERT_TRUE(std::equal(one_acc.begin(), one_acc.end(), acc.begin() + t * k)) << "nn, token " << t << " of " << n;
       }
       if (isa == quant::Isa::AVX2) {
-        if (std::string(compute::simd_variant()) == "avx2") y_avx = y, acc_avx = acc;
-      } else if (!y_avx.empty()) {
-        EXPECT_EQ(y, y_avx) << "scalar and AVX2 tables differ (nt) at " << n << "x" << rows << "x" << k;
-        EXPECT_EQ(acc, acc_avx) << "scalar and AVX2 tables differ (nn) at " << n << "x" << rows << "x" << k;
+        y_ref = y, acc_ref = acc;
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(y[static_cast<size_t>(t * rows + r)], compute::dot_f32(x.data() + t * k, w.data() + r * k, k)) << "t=" << t << " r=" << r;
+      } else if (!y_ref.empty()) {
+        EXPECT_EQ(y, y_ref) << "ISA " << int(isa) << " and AVX2 differ (nt) at " << n << "x" << rows << "x" << k;
+        EXPECT_EQ(acc, acc_ref) << "ISA " << int(isa) << " and AVX2 differ (nn) at " << n << "x" << rows << "x" << k;
       }
     }
   }
