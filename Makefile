@@ -8,7 +8,7 @@ PROMPT ?= Once upon a time, in a small village by the sea,
 FUZZ_SECONDS ?= 30
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build demo test test-cpp test-web test-python test-python-package wheel fuzz tsan bench bench-kernels bench-edit-eval bench-edit-eval-1000 bench-shards llama-rpc clean cuda cuda-compile
+.PHONY: all setup build demo test test-cpp test-web test-python test-python-package wheel fuzz tsan bench bench-kernels bench-edit-eval bench-edit-eval-1000 bench-edit-compile bench-shards llama-rpc clean cuda cuda-compile
 
 all: build
 
@@ -118,6 +118,13 @@ bench-edit-eval: setup build $(BUILD)/edit-eval.vindex/index.json
 bench-edit-eval-1000: setup build $(BUILD)/edit-eval.vindex/index.json
 	./$(BUILD)/larql edit-eval $(BUILD)/edit-eval.vindex --set data/edit_eval/full.jsonl --mode $(EDIT_EVAL_MODE) \
 	  --single 0 --every 100 --json-out $(BUILD)/edit-eval-1000.json
+
+# Issue 31's "the compiled GGUF in llama.cpp answers >= 90% of them": the subset's facts INSERTed
+# (MODE $(EDIT_EVAL_MODE)) into one patch, COMPILE CURRENT INTO MODEL, llama.cpp answering the
+# canonical, paraphrase and neighbourhood prompts from that GGUF (bench/edit_compile_llama.py).
+bench-edit-compile: setup build $(BUILD)/edit-eval.vindex/index.json
+	.venv/bin/python bench/edit_compile_llama.py $(BUILD)/edit-eval.vindex --set $(EDIT_EVAL_SET) --facts 100 \
+	  --mode $(EDIT_EVAL_MODE) --json-out $(BUILD)/edit-compile-llama.json
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)

@@ -9,7 +9,9 @@ What the floors guard: the mode's reason to exist, paraphrases (100 facts: 93.0%
 76.0% and COMPOSE 16.7%), and what it must not take: 40 of the set's real-fact prompts (which the
 base model answers) keep their answer after each fact alone and after the 8 in one patch. Before
 the mode scaled its down column into the quantised blocks' range (docs/lql.md "Knowledge edits")
-one edit lost 6-10% of them; with it, 0.4% (docs/BENCHMARKS.md "MODE SUBJECT").
+one edit lost 6-10% of them; with it, 0.4% (docs/BENCHMARKS.md "MODE SUBJECT"). And the edits must
+leave the session: the 8 in one patch compiled with COMPILE CURRENT INTO MODEL answer in llama.cpp
+(the project's peer, loading that GGUF; issue 31 asks >= 90% of the facts).
 """
 from __future__ import annotations
 
@@ -57,8 +59,9 @@ def runs(larql_bin, inference_vindex, facts_real, real_prompts, tmp_path_factory
         name = lql_str(str(tmp / f"one{i}.vlp"))
         lines += [f"BEGIN PATCH {name}", insert(f)] + probes(f) + real + [f"REMOVE PATCH {name}"]
     name = lql_str(str(tmp / "all.vlp"))  # the 8 in one patch
+    gguf = tmp / "edited.gguf"
     lines += [f"BEGIN PATCH {name}"] + [insert(f) for f in facts] + [p for f in facts for p in probes(f)] + real
-    lines += [f"REMOVE PATCH {name}"] + check
+    lines += [f"COMPILE CURRENT INTO MODEL {lql_str(str(gguf))}", f"REMOVE PATCH {name}"] + check
     docs, secs = run_script(larql_bin, inference_vindex, tmp, lines)
     it = iter(docs)
     take = lambda n: [next(it) for _ in range(n)]  # noqa: E731
@@ -74,7 +77,7 @@ def runs(larql_bin, inference_vindex, facts_real, real_prompts, tmp_path_factory
     take(1 + len(facts))  # BEGIN PATCH, the INSERTs
     together = [score(f, take(1 + len(f["paraphrases"]) + len(f["neighbourhood"]))) for f in facts]
     real_together = kept(take(len(real)))
-    take(1)
+    take(2)  # COMPILE, REMOVE PATCH
     after_check = take(len(check))
     assert next(it, None) is None
 
@@ -89,22 +92,22 @@ def runs(larql_bin, inference_vindex, facts_real, real_prompts, tmp_path_factory
     one_patch = rates(together)
     one_patch["real"] = sum(real_together) / len(real_together)
     print(f"\n[MODE SUBJECT, {len(facts)} facts, {secs:.0f} s] alone {got}; in one patch {one_patch}")
-    return got, base_check, after_check, one_patch
+    return got, base_check, after_check, one_patch, gguf  # the GGUF: test_the_compiled_gguf_answers_in_llama_cpp
 
 
 def test_each_fact_alone_answers_its_paraphrases(runs):
     got = runs[0]
-    # Measured here (2026-12-07): 8 of 8, paraphrase 22 of 24, neighbourhood 39 of 40. The issue's
-    # floors (99 / 85 / 95 / 98%) on all 100 facts are `make bench-edit-eval`'s (18 min): 100 / 94.0 /
-    # 98.2 / 99.1%. COMPOSE answers 16.7% of the subset's paraphrases.
+    # Measured here (2026-12-07, L-BFGS): 8 of 8, paraphrase 20 of 24 (22 with Adam), neighbourhood
+    # 39 of 40. The issue's floors (99 / 85 / 95 / 98%) on all 100 facts are `make bench-edit-eval`'s
+    # (7 min): 100 / 94.7 / 97.6 / 99.0%. COMPOSE answers 16.7% of the subset's paraphrases.
     assert got["efficacy"] >= 7 / 8, got
-    assert got["paraphrase"] >= 0.8, got
+    assert got["paraphrase"] >= 0.75, got
     assert got["neighbourhood"] >= 0.925, got
 
 
 def test_real_facts_keep_their_answers(runs):
     got, one_patch = runs[0], runs[3]
-    # Measured 0.984 alone and 0.975 in one patch here (2026-12-07); 0.90-0.94 per edit before the scale.
+    # Measured 0.978 alone and 1.0 in one patch here (2026-12-07); 0.90-0.94 per edit before the scale.
     assert got["real"] >= 0.97, got
     assert one_patch["real"] >= 0.9, one_patch
     # In one patch: 8 of 8, neighbourhood 39 of 40 (before the scale, 8 facts of 24 in one patch kept 62.5%).
@@ -113,7 +116,7 @@ def test_real_facts_keep_their_answers(runs):
 
 
 def test_remove_patch_gives_the_base_back(runs):
-    _, base_check, after_check, _ = runs
+    _, base_check, after_check, _, _ = runs
     assert [d["rows"] for d in after_check] == [d["rows"] for d in base_check]
 
 
@@ -149,7 +152,29 @@ def test_a_later_name_with_the_same_last_token_does_not_undo_an_earlier_fact(lar
     # is now kept off the earlier entity's rows.
     recs = {r["id"]: r for r in map(json.loads, SUBSET.read_text().splitlines()) if r.get("type") == "fact"}
     first, second = recs["capital-0000"], recs["official-language-0001"]
-    lines = [insert(first), insert(second), f"INFER {lql_str(first['prompt'])} TOP 1", f"INFER {lql_str(second['prompt'])} TOP 1"]
+    lines = [insert(first), insert(second), f"INFER {lql_str(first['prompt'])} TOP 1", f"INFER {lql_str(second['prompt'])} TOP 1",
+             insert(first)]
     docs, _ = run_script(larql_bin, inference_vindex, tmp_path, lines)
-    assert top1(docs[-2]) == first["target_id"], docs[-2]
-    assert top1(docs[-1]) == second["target_id"], docs[-1]
+    assert top1(docs[2]) == first["target_id"], docs[2]
+    assert top1(docs[3]) == second["target_id"], docs[3]
+    # The same subject and relation again: a second feature, and a note naming the first.
+    first_feature = docs[0]["rows"][0][6]
+    assert any("already inserted" in n and f"feature {first_feature}" in n for n in docs[4].get("notes", [])), docs[4]
+
+
+def test_the_compiled_gguf_answers_in_llama_cpp(runs, facts_real, llama_cpp_mod):
+    # The 8 facts in one patch, COMPILE CURRENT INTO MODEL: llama.cpp loading that GGUF answers the
+    # canonical prompts as larql's session did (issue 31: >= 90% of the facts). The scaled up row
+    # and down column (docs/lql.md "Knowledge edits", step 5) must survive the GGUF's types.
+    import numpy as np
+    gguf = runs[4]
+    assert gguf.is_file()
+    llm = peer.load_llama(n_ctx=64, logits_all=False, model=gguf)
+    hits = 0
+    for f in facts_real:
+        llm.reset()
+        llm.eval(peer.llama_tokenize(llm, f["prompt"]))
+        hits += int(int(np.argmax(peer._last_logits(llm))) == f["target_id"])
+    del llm
+    print(f"\n[MODE SUBJECT compiled to GGUF] llama.cpp answers {hits}/{len(facts_real)}")
+    assert hits >= 7, hits

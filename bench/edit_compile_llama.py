@@ -1,0 +1,99 @@
+"""Knowledge edits compiled into a GGUF and run by llama.cpp (issue 31: "the compiled GGUF in llama.cpp
+answers >= 90% of them"; docs/BENCHMARKS.md "MODE SUBJECT").
+
+The first N facts of an edit-eval set (data/edit_eval/*.jsonl) are INSERTed into one patch on the
+vindex by `larql lql`, the session is compiled with `COMPILE CURRENT INTO MODEL`, and llama.cpp
+(llama-cpp-python, the project's peer) loads that GGUF and answers each fact's canonical prompt and
+paraphrases (top-1 = the target) and its neighbourhood prompts (top-1 = the set's answer, which the
+base model gives). The same prompts are scored by larql on the session (INFER in the same script)
+for the side-by-side. Run from the repository root with the project's venv:
+
+    .venv/bin/python bench/edit_compile_llama.py build/edit-eval.vindex --set data/edit_eval/subset100.jsonl \\
+        --facts 100 --mode subject --json-out build/edit-compile-llama.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "python"))
+import peer  # noqa: E402
+
+
+def lql_str(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("vindex")
+    ap.add_argument("--set", required=True)
+    ap.add_argument("--facts", type=int, default=100)
+    ap.add_argument("--mode", default="subject")
+    ap.add_argument("--larql", default=str(peer.larql_bin()))
+    ap.add_argument("-t", "--threads", type=int, default=peer.THREADS)
+    ap.add_argument("--json-out")
+    a = ap.parse_args()
+
+    recs = [json.loads(x) for x in Path(a.set).read_text().splitlines() if x.strip()]
+    facts = [r for r in recs if r["type"] == "fact"][: a.facts]
+    tmp = Path(tempfile.mkdtemp(prefix="edit-compile-"))
+    gguf = tmp / "edited.gguf"
+    probes = []  # (fact index, kind, prompt, wanted id)
+    for i, f in enumerate(facts):
+        probes.append((i, "canonical", f["prompt"], f["target_id"]))
+        probes += [(i, "paraphrase", p, f["target_id"]) for p in f["paraphrases"]]
+        probes += [(i, "neighbourhood", n["prompt"], n["answer_id"]) for n in f["neighbourhood"]]
+    lines = [f"BEGIN PATCH {lql_str(str(tmp / 'p.vlp'))}"]
+    lines += [f"INSERT INTO EDGES (entity, relation, target) VALUES ({lql_str(f['entity'])}, {lql_str(f['relation'])}, "
+              f"{lql_str(f['target'])}) MODE {a.mode.upper()}" for f in facts]
+    lines += [f"INFER {lql_str(p)} TOP 1" for _, _, p, _ in probes]
+    lines += [f"COMPILE CURRENT INTO MODEL {lql_str(str(gguf))}"]
+    script = tmp / "s.lql"
+    script.write_text(";\n".join(lines) + ";\n")
+    t0 = time.time()
+    r = subprocess.run([a.larql, "lql", a.vindex, "--json", "-t", str(a.threads), "-f", str(script)], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stderr[-3000:], file=sys.stderr)
+        return 1
+    docs = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    infer = docs[1 + len(facts): 1 + len(facts) + len(probes)]
+    larql_top1 = [int(dict(zip([c["name"] for c in d["columns"]], d["rows"][0]))["token_id"]) for d in infer]
+    secs_larql = time.time() - t0
+
+    llm = peer.load_llama(n_ctx=128, logits_all=False, model=gguf, threads=a.threads)
+    llama_top1 = []
+    for _, _, p, _ in probes:
+        llm.reset()
+        llm.eval(peer.llama_tokenize(llm, p))
+        llama_top1.append(int(np.argmax(peer._last_logits(llm))))
+    del llm
+
+    def rate(kind, top):
+        hits = [t == w for (_, k, _, w), t in zip(probes, top) if k == kind]
+        return sum(hits) / len(hits) if hits else float("nan")
+
+    out = {"set": a.set, "facts": len(facts), "mode": a.mode, "gguf_bytes": gguf.stat().st_size, "larql_seconds": round(secs_larql, 1)}
+    for who, top in (("llama_cpp", llama_top1), ("larql", larql_top1)):
+        out[who] = {k: round(rate(k, top), 4) for k in ("canonical", "paraphrase", "neighbourhood")}
+    agree = [x == y for x, y in zip(llama_top1, larql_top1)]
+    out["top1_agreement"] = round(sum(agree) / len(agree), 4)
+    print(f"{len(facts)} facts MODE {a.mode.upper()} in one patch, compiled to GGUF ({out['gguf_bytes'] / 2**20:.1f} MiB):")
+    for who in ("llama_cpp", "larql"):
+        m = out[who]
+        print(f"  {who:10s} canonical {m['canonical']:.1%}  paraphrase {m['paraphrase']:.1%}  neighbourhood {m['neighbourhood']:.1%}")
+    print(f"  top-1 agreement llama.cpp vs larql over {len(agree)} prompts: {out['top1_agreement']:.1%}")
+    if a.json_out:
+        Path(a.json_out).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
