@@ -198,9 +198,7 @@ Rope read_rope(const HfConfigReader& p, double base, const RopeContext& rc) {
   return r;
 }
 
-}  // namespace
-
-ModelConfig config_from_hf_json(std::string_view text, const std::string& where) {
+ModelConfig read_hf_config(std::string_view text, const std::string& where) {
   const HfConfigReader r(text, where);
   const std::string model_type = r.str("model_type", "");
   const std::string hf_arch = r.array_string("architectures", 0);
@@ -342,6 +340,17 @@ ModelConfig config_from_hf_json(std::string_view text, const std::string& where)
   }
   if (rec->hf_hook != nullptr) rec->hf_hook(r, c);
   return c;
+}
+
+}  // namespace
+
+ModelConfig config_from_hf_json(std::string_view text, const std::string& where) {
+  // As vocab_from_hf_tokenizer: a JSON type a check missed is a Format error naming the file.
+  try {
+    return read_hf_config(text, where);
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::Format, where + ": a value of the wrong JSON type: " + e.what());
+  }
 }
 
 }  // namespace larql

@@ -450,7 +450,8 @@ void check_pipeline(const json& j, bool byte_level) {
 
 }  // namespace
 
-VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
+namespace {
+VocabData read_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
   json j;
   try {
     j = json::parse(tokenizer_json.begin(), tokenizer_json.end());
@@ -588,6 +589,18 @@ VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_v
     if (it != index.end()) v.unk_id = it->second;
   }
   return v;
+}
+
+}  // namespace
+
+VocabData vocab_from_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
+  // Every JSON value is checked where it is read; a value of an unexpected JSON type that a check
+  // missed (e.g. "add_prefix_space": "x") is still a clean Format error, never a crash.
+  try {
+    return read_hf_tokenizer(tokenizer_json, tokenizer_config_json);
+  } catch (const json::exception& e) {
+    bad(std::string("a value of the wrong JSON type: ") + e.what());
+  }
 }
 
 }  // namespace larql

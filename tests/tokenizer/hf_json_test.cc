@@ -86,6 +86,13 @@ TEST(HfJsonTest, RejectsBrokenFilesNamingTheField) {
   // A SentencePiece-style pipeline larql does not reproduce: refused, named.
   format_error(R"({"pre_tokenizer":{"type":"Whitespace"},"model":{"type":"BPE","vocab":{"a":0}}})", "pre_tokenizer Whitespace");
   format_error(R"({"normalizer":{"type":"Lowercase"},"model":{"type":"BPE","vocab":{"a":0}}})", "normalizer Lowercase");
+  // Values of the wrong JSON type inside an accepted structure (found by fuzz/model_fuzz.cc):
+  // a Format error, not a nlohmann exception escaping.
+  format_error(R"({"model":{"type":"BPE","vocab":{"a":0}},"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":"x"}})",
+               "wrong JSON type");
+  format_error(R"({"model":{"type":"BPE","vocab":{"a":0}},"pre_tokenizer":{"type":5}})", "wrong JSON type");
+  format_error(R"({"model":{"type":"BPE","vocab":{"a":0}},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"ByteLevel"},5]}})",
+               "wrong JSON type");
   const HfTokenizerFiles f = to_hf_tokenizer(tiny());
   try {
     vocab_from_hf_tokenizer(f.tokenizer_json, R"({"bos_token":"<s>"})");
