@@ -131,9 +131,12 @@ const std::vector<float>& base_subject_row(Session& s, const std::string& tmpl, 
 }
 
 
-// The smallest A >= 1 such that every |d_r| / A is at most the largest |w| of the other columns in
-// `col`'s group of row r of `down` [hidden, ffn]: the group a quantised type scales together (16
-// columns for Q6_K, 32 for the other block types; a float type has none, A = 1).
+// The smallest A >= 1 such that every d_r / A lies between the smallest and the largest value of
+// the other columns in `col`'s group of row r of `down` [hidden, ffn] (on d_r's side of zero): the
+// group a quantised type scales together (16 columns for Q6_K, 32 for the other block types; a
+// float type has none, A = 1). Inside that range the block's scales hold the value and only the
+// column's own code is written (OverlaySource::set_ffn_feature); Q4_K's range is not symmetric
+// (value = d sc q - dmin m, q >= 0), so |d_r| / A under the largest |w| was not enough.
 double down_fit_scale(const TensorView& down, int64_t col, const std::vector<float>& d) {
   const DTypeInfo& info = dtype_info(down.type);
   if (info.block_size <= 1) return 1.0;
@@ -143,10 +146,12 @@ double down_fit_scale(const TensorView& down, int64_t col, const std::vector<flo
   double a = 1.0;
   for (int64_t r = 0; r < down.rows; ++r) {
     quant::dequantize_row(down.type, down.row(r), row.data(), down.cols);
-    double m = 0;
+    double lo = 0, hi = 0;
     for (int64_t c = g0; c < g1; ++c)
-      if (c != col) m = std::max(m, static_cast<double>(std::fabs(row[static_cast<size_t>(c)])));
-    if (m > 0) a = std::max(a, std::fabs(d[static_cast<size_t>(r)]) / m);
+      if (c != col) lo = std::min(lo, static_cast<double>(row[static_cast<size_t>(c)])), hi = std::max(hi, static_cast<double>(row[static_cast<size_t>(c)]));
+    const double v = d[static_cast<size_t>(r)];
+    if (v > 0 && hi > 0) a = std::max(a, v / hi);
+    if (v < 0 && lo < 0) a = std::max(a, v / lo);
   }
   return a;
 }

@@ -72,6 +72,113 @@ std::vector<int> q6k_set(quant::detail::BlockQ6K& b, int j, float want, bool* cl
   return changed;
 }
 
+// The quant code of element j of one block, for the block types whose element value is a function
+// of its own code and the block's scales alone (ggml-common.h layouts; quant/blocks.h): Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0 (32 values), Q4_K, Q5_K (256). Range of codes in *lo, *hi. false for
+// any other type.
+bool code_range(DType t, int* lo, int* hi) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q4_K: *lo = 0, *hi = 15; return true;
+    case DType::Q5_0: case DType::Q5_1: case DType::Q5_K: *lo = 0, *hi = 31; return true;
+    case DType::Q8_0: *lo = -128, *hi = 127; return true;
+    default: return false;
+  }
+}
+
+// Byte and shift of element j's 4 low bits: Q4_0/Q5_0 family (qs[j % 16], high nibble for j >= 16)
+// or the K family (qs[32 p + l], p = j / 64, l = j % 32, high nibble for the second 32 of the 64).
+uint8_t* nibble_of(uint8_t* qs, int j, bool k_family, int* shift) {
+  if (k_family) {
+    *shift = (j % 64) >= 32 ? 4 : 0;
+    return qs + 32 * (j / 64) + j % 32;
+  }
+  *shift = j >= 16 ? 4 : 0;
+  return qs + j % 16;
+}
+
+int get_code(DType t, uint8_t* b, int j) {
+  namespace d = quant::detail;
+  int sh = 0;
+  switch (t) {
+    case DType::Q8_0: return reinterpret_cast<d::BlockQ8_0*>(b)->qs[j];
+    case DType::Q4_0: return (*nibble_of(reinterpret_cast<d::BlockQ4_0*>(b)->qs, j, false, &sh) >> sh) & 0xF;
+    case DType::Q4_1: return (*nibble_of(reinterpret_cast<d::BlockQ4_1*>(b)->qs, j, false, &sh) >> sh) & 0xF;
+    case DType::Q4_K: return (*nibble_of(reinterpret_cast<d::BlockQ4K*>(b)->qs, j, true, &sh) >> sh) & 0xF;
+    case DType::Q5_0: case DType::Q5_1: {
+      uint8_t* qh = t == DType::Q5_0 ? reinterpret_cast<d::BlockQ5_0*>(b)->qh : reinterpret_cast<d::BlockQ5_1*>(b)->qh;
+      uint8_t* qs = t == DType::Q5_0 ? reinterpret_cast<d::BlockQ5_0*>(b)->qs : reinterpret_cast<d::BlockQ5_1*>(b)->qs;
+      const int lo4 = (*nibble_of(qs, j, false, &sh) >> sh) & 0xF;
+      return lo4 | (((qh[j / 8] >> (j % 8)) & 1) << 4);  // bit j of the little-endian uint32 qh
+    }
+    case DType::Q5_K: {
+      auto* q = reinterpret_cast<d::BlockQ5K*>(b);
+      const int lo4 = (*nibble_of(q->qs, j, true, &sh) >> sh) & 0xF;
+      const int bit = 2 * (j / 64) + ((j % 64) >= 32 ? 1 : 0);  // bit (2p) or (2p+1) of qh[l]
+      return lo4 | (((q->qh[j % 32] >> bit) & 1) << 4);
+    }
+    default: return 0;
+  }
+}
+
+void set_code(DType t, uint8_t* b, int j, int c) {
+  namespace d = quant::detail;
+  int sh = 0;
+  auto put4 = [&](uint8_t* byte) { *byte = static_cast<uint8_t>((*byte & ~(0xF << sh)) | ((c & 0xF) << sh)); };
+  switch (t) {
+    case DType::Q8_0: reinterpret_cast<d::BlockQ8_0*>(b)->qs[j] = static_cast<int8_t>(c); return;
+    case DType::Q4_0: put4(nibble_of(reinterpret_cast<d::BlockQ4_0*>(b)->qs, j, false, &sh)); return;
+    case DType::Q4_1: put4(nibble_of(reinterpret_cast<d::BlockQ4_1*>(b)->qs, j, false, &sh)); return;
+    case DType::Q4_K: put4(nibble_of(reinterpret_cast<d::BlockQ4K*>(b)->qs, j, true, &sh)); return;
+    case DType::Q5_0: case DType::Q5_1: {
+      uint8_t* qh = t == DType::Q5_0 ? reinterpret_cast<d::BlockQ5_0*>(b)->qh : reinterpret_cast<d::BlockQ5_1*>(b)->qh;
+      uint8_t* qs = t == DType::Q5_0 ? reinterpret_cast<d::BlockQ5_0*>(b)->qs : reinterpret_cast<d::BlockQ5_1*>(b)->qs;
+      put4(nibble_of(qs, j, false, &sh));
+      qh[j / 8] = static_cast<uint8_t>((qh[j / 8] & ~(1 << (j % 8))) | (((c >> 4) & 1) << (j % 8)));
+      return;
+    }
+    case DType::Q5_K: {
+      auto* q = reinterpret_cast<d::BlockQ5K*>(b);
+      put4(nibble_of(q->qs, j, true, &sh));
+      const int bit = 2 * (j / 64) + ((j % 64) >= 32 ? 1 : 0);
+      q->qh[j % 32] = static_cast<uint8_t>((q->qh[j % 32] & ~(1 << bit)) | (((c >> 4) & 1) << bit));
+      return;
+    }
+    default: return;
+  }
+}
+
+// Set element j of one block of a code_range type to the code whose dequantised value is nearest
+// `want`, keeping the block's scales and every other element bit for bit (each code is tried and
+// the block dequantised: the value is what the kernels read). Returns false, changing nothing,
+// when `want` lies beyond every value the element's scales can give by more than half a step
+// (the caller then re-quantises the block).
+bool set_in_block(DType t, uint8_t* b, int j, float want, int64_t bs, std::vector<float>& tmp, bool* changed) {
+  int lo = 0, hi = 0;
+  if (!code_range(t, &lo, &hi)) return false;
+  const int old = get_code(t, b, j);
+  int best = old;
+  float best_err = INFINITY, vlo = 0, vhi = 0, step = 0, prev = NAN;
+  for (int c = lo; c <= hi; ++c) {
+    set_code(t, b, j, c);
+    quant::dequantize_row(t, b, tmp.data(), bs);
+    const float v = tmp[static_cast<size_t>(j)];
+    if (c == lo) vlo = v;
+    if (c == hi) vhi = v;
+    if (!std::isnan(prev)) step = std::max(step, std::fabs(v - prev));
+    prev = v;
+    const float err = std::fabs(v - want);
+    if (err < best_err) best_err = err, best = c;
+  }
+  const float top = std::max(vlo, vhi), bottom = std::min(vlo, vhi);
+  if (!std::isfinite(want) || want > top + 0.5f * step || want < bottom - 0.5f * step || step == 0.0f) {
+    set_code(t, b, j, old);
+    return false;
+  }
+  set_code(t, b, j, best);
+  *changed = best != old;
+  return true;
+}
+
 }  // namespace
 
 OverlaySource::OverlaySource(std::shared_ptr<const WeightSource> base) : base_(std::move(base)) {
@@ -134,6 +241,14 @@ FeatureEditReport OverlaySource::set_ffn_feature(int64_t layer, int64_t feature,
         for (int k : q6k_set(q, static_cast<int>(col - blk * bs), down[r], &clamped)) rep.changed_columns.insert(base + blk * bs + k);
         std::memcpy(b, &q, sizeof q);
         rep.clamped += clamped;
+        continue;
+      }
+      // Where the block's scales can hold the value, only the column's code changes (no other
+      // feature's value moves: a re-quantised block re-rounds all 32 or 256, and after hundreds of
+      // edits at a layer that drift costs more than the edits' own slots).
+      bool code_changed = false;
+      if (set_in_block(t.type, b, static_cast<int>(col - blk * bs), down[r], bs, vals, &code_changed)) {
+        if (code_changed) rep.changed_columns.insert(feature);
         continue;
       }
       quant::dequantize_row(t.type, b, vals.data(), bs);

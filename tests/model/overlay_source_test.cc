@@ -14,6 +14,7 @@
 #include "quant/quant.h"
 #include "testlib/synthetic_model.h"
 #include "util/error.h"
+#include "util/half.h"
 
 namespace larql {
 namespace {
@@ -84,20 +85,30 @@ TEST(OverlaySource, FeatureEditTouchesOnlyItsRowsAndColumnQ8) {
   EXPECT_THROW(ov.replace(TensorRole::FfnUp, L, std::vector<uint8_t>(3)), Error);
 }
 
-// A source of one layer: gate/up F32 [ffn, hidden], down Q6_K [hidden, ffn = 256].
+// A source of one layer: gate/up F32 [ffn, hidden], down `type` (Q6_K by default) [hidden, ffn = 256].
 class Q6Source final : public WeightSource {
  public:
-  Q6Source() {
+  explicit Q6Source(DType type = DType::Q6_K) : type_(type) {
     cfg_.n_layers = 1;
     cfg_.hidden = 8;
     cfg_.ffn = 256;
     std::mt19937 rng(7);
     std::normal_distribution<float> n(0, 1);
     std::vector<float> v(256);
-    down_.resize(8 * 210);
+    const size_t rb = *row_bytes(type_, 256);
+    down_.resize(8 * rb);
     for (int r = 0; r < 8; ++r) {
       for (auto& x : v) x = n(rng);
-      quant::quantize_row(DType::Q6_K, v.data(), down_.data() + r * 210, 256);
+      uint8_t* row = down_.data() + r * rb;
+      if (type_ == DType::Q4_1 || type_ == DType::Q5_1) {  // no quantiser: random codes under set scales
+        for (size_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(rng());
+        for (size_t b = 0; b < rb; b += rb / 8) {  // 8 blocks of 32: d, m (f16) first
+          const uint16_t dm[2] = {f32_to_f16(0.05f + 0.01f * static_cast<float>(r)), f32_to_f16(-0.4f)};
+          std::memcpy(row + b, dm, sizeof dm);
+        }
+      } else {
+        quant::quantize_row(type_, v.data(), row, 256);
+      }
     }
     gate_.assign(256 * 8 * 4, 0);
   }
@@ -108,7 +119,7 @@ class Q6Source final : public WeightSource {
     SourceTensor t;
     t.name = tensor_name(role, layer);
     if (role == TensorRole::FfnDown) {
-      t.type = DType::Q6_K;
+      t.type = type_;
       t.dims = {256, 8};
       t.data = down_.data();
       t.nbytes = down_.size();
@@ -134,6 +145,7 @@ class Q6Source final : public WeightSource {
   const std::string& fingerprint() const override { return path_; }
 
  private:
+  DType type_;
   std::string path_ = "q6";
   ModelConfig cfg_;
   SpecialTokens sp_;
@@ -162,6 +174,50 @@ TEST(OverlaySource, Q6KColumnEditStaysInItsSubBlock) {
   // Far beyond the block's range: clamped, and reported.
   std::vector<float> big(8, 1e6f);
   EXPECT_GT(ov.set_ffn_feature(0, f, nullptr, nullptr, big.data()).clamped, 0);
+}
+
+// Every block type whose element is its own code times the block's scales: a down-column value the
+// scales can hold changes that element's code alone — every other value of the row keeps its bits
+// (a re-quantised block would re-round all 32 or 256), and the value is within half a step of the
+// one wanted (the step: the smallest gap between two values of its group of 32 before the edit).
+// A value beyond the group's range still lands (the block is re-quantised).
+TEST(OverlaySource, ColumnEditInsideTheScalesChangesOneCodePerRow) {
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K}) {
+    SCOPED_TRACE(dtype_name(type));
+    auto base = std::make_shared<Q6Source>(type);
+    const auto before = rows_of(*base->tensor(TensorRole::FfnDown, 0), 8, 256);
+    OverlaySource ov(base);
+    const int64_t f = 173;  // group [160, 192)
+    std::vector<float> d(8), step(8, INFINITY);
+    for (int r = 0; r < 8; ++r) {
+      float lo = INFINITY, hi = -INFINITY;
+      for (int c = 160; c < 192; ++c) {
+        const float v = before[r * 256 + c];
+        lo = std::min(lo, v), hi = std::max(hi, v);
+        for (int c2 = 160; c2 < 192; ++c2)
+          if (const float g = std::fabs(v - before[r * 256 + c2]); g > 0) step[r] = std::min(step[r], g);
+      }
+      d[r] = lo + (hi - lo) * (0.13f + 0.1f * static_cast<float>(r));  // inside the group's range, off its grid
+    }
+    const auto rep = ov.set_ffn_feature(0, f, nullptr, nullptr, d.data());
+    const auto after = rows_of(*ov.tensor(TensorRole::FfnDown, 0), 8, 256);
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 256; ++c) {
+        if (c == f) EXPECT_LE(std::fabs(after[r * 256 + c] - d[r]), 0.5f * step[r] * 1.0001f) << r;
+        else ASSERT_EQ(after[r * 256 + c], before[r * 256 + c]) << r << "," << c;
+      }
+    for (int64_t c : rep.changed_columns) EXPECT_EQ(c, f);
+    // Far beyond the range: the block is re-quantised to hold it (Unsupported where larql has no
+    // quantiser for the type).
+    std::vector<float> big(8, 50.0f);
+    if (type == DType::Q4_1 || type == DType::Q5_1) {
+      EXPECT_THROW(ov.set_ffn_feature(0, f, nullptr, nullptr, big.data()), Error);
+      continue;
+    }
+    ov.set_ffn_feature(0, f, nullptr, nullptr, big.data());
+    const auto far = rows_of(*ov.tensor(TensorRole::FfnDown, 0), 8, 256);
+    for (int r = 0; r < 8; ++r) EXPECT_NEAR(far[r * 256 + f], 50.0f, 50.0f / 7) << r;
+  }
 }
 
 }  // namespace
