@@ -26,6 +26,10 @@ void EditState::apply(const std::shared_ptr<const WeightSource>& base, const Pat
         u = op.up.empty() ? nullptr : op.up.data();
         d = op.down.empty() ? nullptr : op.down.data();
       }
+      // A feature past the model's width was appended (MODE SUBJECT): widen every layer's FFN
+      // to hold it, in whole blocks (OverlaySource::widen_ffn; REMOVE PATCH rebuilds without).
+      if (const int64_t w = next->config().ffn; op.feature >= w && next->config().n_experts == 0)
+        next->widen_ffn((op.feature + 1 - w + kFfnAppendBlock - 1) / kFfnAppendBlock * kFfnAppendBlock);
       const FeatureEditReport rep = next->set_ffn_feature(op.layer, op.feature, g, u, d);
       clamped += rep.clamped;
       down_changed[op.layer].insert(rep.changed_columns.begin(), rep.changed_columns.end());

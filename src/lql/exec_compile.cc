@@ -95,6 +95,11 @@ Table exec_compile(Session& s, const CompileStmt& st, Pos pos) {
       throw Error(ErrorKind::NotFound, "COMPILE at " + pos.str() + ": no directory " + out.parent_path().string());
   }
   EditState& ed = s.edits();
+  if (ed.overlay && ed.overlay->appended_ffn() > 0)
+    throw Error(ErrorKind::Unsupported,
+                "COMPILE at " + pos.str() + ": the session's MODE SUBJECT edits appended " + std::to_string(ed.overlay->appended_ffn()) +
+                    " features to every layer's FFN, and a vindex's files keep the model's width; COMPILE CURRENT INTO MODEL "
+                    "\"x.gguf\" writes them (then larql extract x.gguf for a vindex)");
   vindex::VindexIndex ix = s.index();
   const fs::path staging = out.parent_path() / ("." + out.filename().string() + ".tmp." + std::to_string(::getpid()));
   struct Cleanup {

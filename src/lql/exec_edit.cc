@@ -82,7 +82,9 @@ void refuse_existing_patch(const std::string& what, const std::string& name, Pos
 
 PatchLimits limits(Session& s) {
   const auto& ix = s.index();
-  return PatchLimits{ix.num_layers, ix.intermediate_size, ix.hidden_size, ix.vocab_size};
+  bool moe = false;
+  for (const auto& l : ix.layers) moe |= l.num_experts > 0;
+  return PatchLimits{ix.num_layers, ix.intermediate_size, ix.hidden_size, ix.vocab_size, moe ? 0 : ix.intermediate_size};
 }
 
 void publish(Session& s) {
@@ -158,6 +160,9 @@ int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float
   const LayerWeights& w = model->weights().layers[static_cast<size_t>(layer)];
   const int64_t hidden = c.hidden;
   int64_t f0 = 0, nf = ffn_feature_count(c);
+  // The model's own features only: those MODE SUBJECT appended past it are its (a range column
+  // there holds no feature).
+  if (c.n_experts == 0) nf = std::min<int64_t>(nf, s.index().intermediate_size);
   std::vector<double> decoy_weight(xs.size(), 1.0);
   if (c.n_experts > 0) {
     const std::vector<double> mine = expert_weights(s, c, w, x0);

@@ -25,18 +25,19 @@
 //    layers after L by EditTail (the post-FFN norm of L included), at most kSteps evaluations,
 //    stopping once the prompts' geometric mean P(target) passes kStopP. Adam (lr 0.5) took 10-25
 //    evaluations where L-BFGS takes 5-9 (docs/BENCHMARKS.md "MODE SUBJECT"). ALPHA multiplies d.
-// 5. The scale: the learned d is ~100x larger than the down matrix's entries, and a quantised
+// 5. The slot: a feature appended past the model's width (append_slot; OverlaySource::widen_ffn
+//    widens every layer by 256 when none is free), so no feature of the model is overwritten.
+// 6. The scale: the learned d is ~100x larger than the down matrix's entries, and a quantised
 //    down matrix stores the column inside blocks it shares with other features (Q4_K: 256 columns
-//    of a row, scales per 32). Written as is, each of the `hidden` rows' blocks is re-scaled for
-//    it and 255 other features lose precision on every token: real-fact retention 90-94% and
-//    perplexity +6-9% after one edit. So the up row is multiplied by A and d divided by it, A the
-//    smallest scale at which every d_r lies inside the range of its row's group of columns
-//    (down_fit_scale): the same product, and the blocks keep their scales (retention 99.6%,
-//    perplexity within +-0.4% on the same edits; docs/BENCHMARKS.md "MODE SUBJECT").
+//    of a row, scales per 32). So the up row is multiplied by A and d divided by it, A the
+//    smallest scale at which every |d_r| is at most 0.9 R, R the span the appended block's range
+//    columns give its scales (append_fit_scale): the same product, written as the column's own
+//    codes, no other feature's value moving (docs/BENCHMARKS.md "MODE SUBJECT").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <set>
 
 #include "compute/ops.h"
 #include "quant/quant.h"
@@ -45,6 +46,7 @@
 #include "lql/exec_internal.h"
 #include "lql/minimize.h"
 #include "model/model.h"
+#include "model/overlay_source.h"
 #include "util/error.h"
 
 namespace larql::lql::detail {
@@ -131,29 +133,35 @@ const std::vector<float>& base_subject_row(Session& s, const std::string& tmpl, 
 }
 
 
-// The smallest A >= 1 such that every d_r / A lies between the smallest and the largest value of
-// the other columns in `col`'s group of row r of `down` [hidden, ffn] (on d_r's side of zero): the
-// group a quantised type scales together (16 columns for Q6_K, 32 for the other block types; a
-// float type has none, A = 1). Inside that range the block's scales hold the value and only the
-// column's own code is written (OverlaySource::set_ffn_feature); Q4_K's range is not symmetric
-// (value = d sc q - dmin m, q >= 0), so |d_r| / A under the largest |w| was not enough.
-double down_fit_scale(const TensorView& down, int64_t col, const std::vector<float>& d) {
-  const DTypeInfo& info = dtype_info(down.type);
-  if (info.block_size <= 1) return 1.0;
-  const int64_t group = down.type == DType::Q6_K ? 16 : std::min<int64_t>(32, info.block_size);
-  const int64_t g0 = col / group * group, g1 = std::min(down.cols, g0 + group);
+// The first appended feature of `layer` (past the vindex's own width) that no edit holds and that
+// is not a range column, in the session model of FFN width `width`; `width` or past it when every
+// appended one is taken (the next block).
+int64_t append_slot(Session& s, int64_t layer, int64_t width) {
+  const int64_t f0 = s.index().intermediate_size;
+  std::set<std::pair<int64_t, int64_t>> taken = s.edits().touched;
+  for (const auto& e : s.compiled_edits()) taken.insert({e.layer, e.feature});
+  int64_t f = f0;
+  while (f < width && (ffn_append_range_column(f, f0) || taken.count({layer, f}))) ++f;
+  if (f >= width) f = std::max(width, f0);
+  while (ffn_append_range_column(f, f0)) ++f;
+  return f;
+}
+
+// The smallest A >= 1 such that every |d_r| / A is at most 0.9 R, R the base down matrix's
+// largest |value| at `layer`: an appended block's range columns hold +-R in every row
+// (OverlaySource::widen_ffn), so the column then lies inside its group's scales and is written as
+// its own codes, never re-quantising the block its neighbours (earlier facts) share.
+double append_fit_scale(Session& s, int64_t layer, const std::vector<float>& d) {
+  const TensorView& down = s.base_model("INSERT")->weights().layers[static_cast<size_t>(layer)].w_down;
   std::vector<float> row(static_cast<size_t>(down.cols));
-  double a = 1.0;
+  double R = 0;
   for (int64_t r = 0; r < down.rows; ++r) {
     quant::dequantize_row(down.type, down.row(r), row.data(), down.cols);
-    double lo = 0, hi = 0;
-    for (int64_t c = g0; c < g1; ++c)
-      if (c != col) lo = std::min(lo, static_cast<double>(row[static_cast<size_t>(c)])), hi = std::max(hi, static_cast<double>(row[static_cast<size_t>(c)]));
-    const double v = d[static_cast<size_t>(r)];
-    if (v > 0 && hi > 0) a = std::max(a, v / hi);
-    if (v < 0 && lo < 0) a = std::max(a, v / lo);
+    for (float v : row) R = std::max(R, static_cast<double>(std::fabs(v)));
   }
-  return a;
+  double m = 0;
+  for (float v : d) m = std::max(m, static_cast<double>(std::fabs(v)));
+  return R > 0 ? std::max(1.0, m / (0.9 * R)) : 1.0;
 }
 
 // The default layer: a sixth of the way in (3 of Gemma 3 270M's 18), where the prototype measured
@@ -306,14 +314,13 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     op.gate[static_cast<size_t>(i)] = static_cast<float>(G * (r[static_cast<size_t>(i)] - tau * bias[static_cast<size_t>(i)]));
     op.up[static_cast<size_t>(i)] = static_cast<float>(r[static_cast<size_t>(i)] / (s_mean * kPreActivation));
   }
-  {
-    // The slot: the feature ordinary text and the decoys use least (what overwriting it takes from
-    // every other prompt). Chosen over the fact's own prompts instead, it took features ordinary
-    // text uses: 100 facts alone kept 80.8-94.4% of the real-fact prompts, perplexity +3-9%.
-    std::vector<std::vector<float>> xs = insert_background(s, layer);
-    for (const auto& d : decoys) xs.push_back(d);
-    op.feature = insert_pick_slot(s, layer, xs, runs[0].x);
-  }
+  // The slot: a feature appended past the model's width (the first free one; EditState::apply
+  // widens the FFN when there is none), so no feature of the model is overwritten. Overwriting the
+  // feature ordinary text and the decoys used least (the other modes' slot) took what those
+  // features did from every prompt: deleting the 300 chosen for 300 facts alone kept 86.7% of the
+  // neighbourhood prompts, and the ~1,000 for 1,000 facts cost +22% perplexity
+  // (docs/BENCHMARKS.md "MODE SUBJECT").
+  op.feature = append_slot(s, layer, c.ffn);
   // 4. The down column.
   std::vector<double> act(runs.size());
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -409,7 +416,7 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   op.down.resize(static_cast<size_t>(H));
   for (int64_t j = 0; j < H; ++j) op.down[static_cast<size_t>(j)] = static_cast<float>(alpha * d[static_cast<size_t>(j)]);
   // 5. The scale.
-  const double scale = down_fit_scale(lw.w_down, op.feature, op.down);
+  const double scale = append_fit_scale(s, layer, op.down);
   for (float& v : op.down) v = static_cast<float>(v / scale);
   for (float& v : op.up) v = static_cast<float>(v * scale);
   {

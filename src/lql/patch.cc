@@ -1,5 +1,7 @@
 #include "lql/patch.h"
 
+#include "model/overlay_source.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -223,6 +225,13 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
   if (!j.contains("operations") || !j["operations"].is_array()) bad(name, "operations", "missing or not an array");
   const auto& ops = j["operations"];
   std::map<std::pair<int64_t, int64_t>, size_t> inserted;  // (layer, feature) -> the op that inserted it
+  // A feature of the model, or one MODE SUBJECT appended past it (not a range column).
+  auto feature = [&](const json& o, const std::string& where) {
+    const int64_t f = integer(o, "feature", where, 0, lim.num_features + lim.appended - 1);
+    if (ffn_append_range_column(f, lim.num_features))
+      bad(name, where + ".feature", std::to_string(f) + " is a range column of the appended features, which no edit writes");
+    return f;
+  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const std::string where = "operations[" + std::to_string(i) + "]";
     const json& o = ops[i];
@@ -232,7 +241,7 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
     if (op == "insert" || op == "update") {
       x.kind = op == "insert" ? PatchOp::Kind::Insert : PatchOp::Kind::Update;
       x.layer = integer(o, "layer", where, 0, lim.num_layers - 1);
-      x.feature = integer(o, "feature", where, 0, lim.num_features - 1);
+      x.feature = feature(o, where);
       if (x.kind == PatchOp::Kind::Insert) {
         x.entity = str(o, "entity", where, true);
         x.relation = str(o, "relation", where, false);
@@ -245,7 +254,7 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
     } else if (op == "delete") {
       x.kind = PatchOp::Kind::Delete;
       x.layer = integer(o, "layer", where, 0, lim.num_layers - 1);
-      x.feature = integer(o, "feature", where, 0, lim.num_features - 1);
+      x.feature = feature(o, where);
       x.reason = str(o, "reason", where, false);
     } else if (op == "insert_knn") {
       x.kind = PatchOp::Kind::InsertKnn;

@@ -35,6 +35,9 @@ struct Patch {
 /// The limits a patch is checked against when loaded.
 struct PatchLimits {
   int64_t num_layers = 0, num_features = 0, hidden = 0, vocab = 0;
+  /// Features an insert, update or delete may name past num_features: those MODE SUBJECT appends
+  /// (OverlaySource::widen_ffn; not its range columns). 0 for a mixture-of-experts model.
+  int64_t appended = 0;
 };
 
 const char* op_name(PatchOp::Kind k);

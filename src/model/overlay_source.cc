@@ -183,7 +183,59 @@ bool set_in_block(DType t, uint8_t* b, int j, float want, int64_t bs, std::vecto
 
 OverlaySource::OverlaySource(std::shared_ptr<const WeightSource> base) : base_(std::move(base)) {
   if (!base_) throw Error(ErrorKind::InvalidArgument, "OverlaySource: no base source");
+  cfg_ = base_->config();
   fingerprint_ = base_->fingerprint();
+}
+
+void OverlaySource::widen_ffn(int64_t extra) {
+  if (extra <= 0 || extra % kFfnAppendBlock != 0)
+    throw Error(ErrorKind::InvalidArgument, "widen_ffn: " + std::to_string(extra) + " features is not a positive multiple of " +
+                                                std::to_string(kFfnAppendBlock));
+  if (cfg_.n_experts > 0) throw Error(ErrorKind::Unsupported, "appending FFN features to a mixture-of-experts model");
+  const int64_t F = cfg_.ffn, H = cfg_.hidden, F2 = F + extra, F0 = base_->config().ffn;
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    const auto bd = base_->tensor(TensorRole::FfnDown, l);
+    if (!bd) continue;  // a model part without this layer's FFN
+    for (TensorRole role : {TensorRole::FfnGate, TensorRole::FfnUp}) {
+      const SourceTensor t = *tensor(role, l);
+      const size_t rb = row_size(t);
+      std::vector<uint8_t> bytes(t.data, t.data + t.nbytes), zero(rb);
+      const std::vector<float> zf(static_cast<size_t>(H), 0.0f);
+      quant::quantize_row(t.type, zf.data(), zero.data(), H);
+      for (int64_t f = 0; f < extra; ++f) bytes.insert(bytes.end(), zero.begin(), zero.end());
+      repl_[{static_cast<int>(role), l}] = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+      dims_[{static_cast<int>(role), l}] = {static_cast<uint64_t>(H), static_cast<uint64_t>(F2)};
+    }
+    // R: the base down matrix's largest |value| at this layer.
+    float R = 0;
+    {
+      const size_t rb0 = row_size(*bd);
+      std::vector<float> row(static_cast<size_t>(F0));
+      for (int64_t r = 0; r < H; ++r) {
+        quant::dequantize_row(bd->type, bd->data + static_cast<size_t>(r) * rb0, row.data(), F0);
+        for (float v : row) R = std::max(R, std::fabs(v));
+      }
+    }
+    const SourceTensor t = *tensor(TensorRole::FfnDown, l);
+    const size_t rb = row_size(t), rb2 = *row_bytes(t.type, static_cast<uint64_t>(F2));
+    const size_t tail = rb2 - rb;
+    std::vector<float> add(static_cast<size_t>(extra), 0.0f);
+    for (int64_t f = F; f < F2; ++f)
+      if (ffn_append_range_column(f, F0)) add[static_cast<size_t>(f - F)] = (f - F0) % 16 == 0 ? R : -R;
+    std::vector<uint8_t> tail_bytes(tail);
+    quant::quantize_row(t.type, add.data(), tail_bytes.data(), extra);
+    std::vector<uint8_t> bytes;
+    bytes.reserve(rb2 * static_cast<size_t>(H));
+    for (int64_t r = 0; r < H; ++r) {
+      const uint8_t* src = t.data + static_cast<size_t>(r) * rb;
+      bytes.insert(bytes.end(), src, src + rb);
+      bytes.insert(bytes.end(), tail_bytes.begin(), tail_bytes.end());
+    }
+    repl_[{static_cast<int>(TensorRole::FfnDown), l}] = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+    dims_[{static_cast<int>(TensorRole::FfnDown), l}] = {static_cast<uint64_t>(F2), static_cast<uint64_t>(H)};
+  }
+  cfg_.ffn = F2;
+  refresh_fingerprint();
 }
 
 void OverlaySource::replace(TensorRole role, int64_t layer, std::vector<uint8_t> bytes) {
@@ -302,7 +354,9 @@ std::optional<SourceTensor> OverlaySource::tensor(TensorRole role, int64_t layer
   auto t = base_->tensor(role, layer);
   if (!t) return t;
   auto it = repl_.find({static_cast<int>(role), layer});
-  if (it != repl_.end()) t->data = it->second->data();
+  if (it != repl_.end()) t->data = it->second->data(), t->nbytes = it->second->size();
+  auto d = dims_.find({static_cast<int>(role), layer});
+  if (d != dims_.end()) t->dims = d->second;
   return t;
 }
 
@@ -313,7 +367,11 @@ std::vector<SourceTensor> OverlaySource::tensors() const {
   for (const auto& [k, v] : repl_) {
     const std::string name = base_->tensor_name(static_cast<TensorRole>(k.first), k.second);
     for (auto& t : all)
-      if (t.name == name) t.data = v->data();
+      if (t.name == name) {
+        t.data = v->data();
+        t.nbytes = v->size();
+        if (auto d = dims_.find(k); d != dims_.end()) t.dims = d->second;
+      }
   }
   return all;
 }
@@ -325,6 +383,10 @@ void OverlaySource::refresh_fingerprint() {
   }
   Xxh3Stream h;
   h.update(base_->fingerprint().data(), base_->fingerprint().size());
+  if (appended_ffn() > 0) {
+    const int64_t w = cfg_.ffn;
+    h.update(&w, sizeof w);
+  }
   for (const auto& [k, v] : repl_) {
     const int64_t key[2] = {k.first, k.second};
     h.update(key, sizeof key);

@@ -26,6 +26,16 @@ struct FeatureEditReport {
   int64_t clamped = 0;
 };
 
+/// widen_ffn appends features in blocks of this many (a K-quant block: every block type's width
+/// divides it).
+constexpr int64_t kFfnAppendBlock = 256;
+/// Whether `feature` is a range column of the appended features (widen_ffn): the first two of
+/// every 16 past `base_ffn`, the base model's width. They hold no feature; an edit must not take
+/// them.
+inline bool ffn_append_range_column(int64_t feature, int64_t base_ffn) {
+  return feature >= base_ffn && (feature - base_ffn) % 16 < 2;
+}
+
 class OverlaySource final : public WeightSource {
  public:
   /// An overlay with no replacements yet (its tensors are the base's, its fingerprint the base's).
@@ -54,13 +64,27 @@ class OverlaySource final : public WeightSource {
   void ffn_feature(int64_t layer, int64_t feature, std::vector<float>* gate, std::vector<float>* up,
                    std::vector<float>* down) const;
 
+  /// Append `extra` features to the FFN of every layer (a dense model's; the config's `ffn` grows
+  /// by `extra`, every layer alike, as GGUF's one feed_forward_length and llama.cpp require):
+  /// gate and up rows of zeros, so an appended feature's activation is exactly act(0) * 0 = 0 and
+  /// it adds nothing until an edit writes it; down columns of zeros except the range columns
+  /// (ffn_append_range_column: +R and -R in every row, R the layer's largest |value| in the base
+  /// down matrix), which keep every group of 16 or 32 appended columns scaled to [-R, R] so that
+  /// later edits write their own codes there (set_ffn_feature) and never re-quantise the block.
+  /// The model's output is unchanged bit for bit: the new blocks' products are exact zeros.
+  /// Errors: InvalidArgument unless `extra` is a positive multiple of kFfnAppendBlock;
+  /// Unsupported for a mixture-of-experts model.
+  void widen_ffn(int64_t extra);
+  /// Features appended by widen_ffn (0: none).
+  int64_t appended_ffn() const { return cfg_.ffn - base_->config().ffn; }
+
   /// The tensors replaced so far.
   std::vector<std::pair<TensorRole, int64_t>> replaced() const;
   const std::shared_ptr<const WeightSource>& base() const { return base_; }
 
   const std::string& path() const override { return base_->path(); }
   std::string format() const override { return base_->format() + " + edits"; }
-  const ModelConfig& config() const override { return base_->config(); }
+  const ModelConfig& config() const override { return cfg_; }
   std::optional<SourceTensor> tensor(TensorRole role, int64_t layer = -1) const override;
   std::string tensor_name(TensorRole role, int64_t layer = -1) const override { return base_->tensor_name(role, layer); }
   std::vector<SourceTensor> tensors() const override;
@@ -78,6 +102,8 @@ class OverlaySource final : public WeightSource {
   void refresh_fingerprint();
   std::shared_ptr<const WeightSource> base_;
   std::map<Key, std::shared_ptr<std::vector<uint8_t>>> repl_;
+  std::map<Key, std::vector<uint64_t>> dims_;  ///< widened tensors' dims (GGUF order)
+  ModelConfig cfg_;
   std::string fingerprint_;
 };
 

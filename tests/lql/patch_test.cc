@@ -142,6 +142,27 @@ TEST(PatchFile, ErrorsReadFileFieldProblemAndCutTheParsersExcerpt) {
   EXPECT_NE(e.find("(1201 bytes)"), std::string::npos) << e;
 }
 
+// Features MODE SUBJECT appends past the model's width (OverlaySource::widen_ffn): named up to
+// num_features + appended - 1, except the range columns (the first 2 of every 16 appended).
+TEST(PatchFile, AppendedFeaturesAreNamedPastTheWidthButNotTheRangeColumns) {
+  const PatchLimits lim{4, 32, 3, 100, 32};
+  auto err = [&](int64_t f) {
+    try {
+      patch_from_json(with_op(R"({"op":"delete","layer":1,"feature":)" + std::to_string(f) + "}"), lim, "h.vlp");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(err(31), "(accepted)");
+  EXPECT_EQ(err(34), "(accepted)");
+  EXPECT_EQ(err(50), "(accepted)");
+  EXPECT_EQ(err(63), "(accepted)");
+  for (int64_t f : {32, 33, 48, 49})
+    EXPECT_NE(err(f).find("is a range column of the appended features"), std::string::npos) << f << ": " << err(f);
+  EXPECT_NE(err(64).find("operations[1].feature: 64 is out of range"), std::string::npos) << err(64);
+}
+
 TEST(PatchFile, SaveWithoutReplaceRefusesAnExistingFile) {
   const auto path = (std::filesystem::temp_directory_path() / "larql_patch_noreplace.vlp").string();
   std::filesystem::remove(path);
