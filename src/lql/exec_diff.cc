@@ -104,6 +104,13 @@ Table exec_diff(Session& s, const DiffStmt& st, Pos pos) {
   auto side = [&](const VindexRef& r, std::unique_ptr<Session>& own) -> Session& {
     if (r.current) {
       s.index();  // InvalidArgument when no vindex is in use
+      // DIFF compares the vindexes' own features; features MODE SUBJECT appended past them would
+      // be left out and the result (and an INTO PATCH) wrong.
+      if (const auto& ov = s.edits().overlay; ov && ov->appended_ffn() > 0)
+        throw Error(ErrorKind::Unsupported, "DIFF at " + r.pos.str() + ": the session's edits appended " +
+                                                std::to_string(ov->appended_ffn()) +
+                                                " features to every layer's FFN (MODE SUBJECT), which DIFF does not compare; "
+                                                "COMPILE CURRENT INTO MODEL and larql extract it, then DIFF the two vindexes");
       return s;
     }
     SessionOptions o = s.options();

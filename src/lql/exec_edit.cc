@@ -80,6 +80,54 @@ void refuse_existing_patch(const std::string& what, const std::string& name, Pos
                                                 "never written over)");
 }
 
+// Before APPLY PATCH: an insert of `p` into a slot an applied patch, the recording or the
+// vindex's compiled edits already inserted into would overwrite that fact. A feature MODE SUBJECT
+// appended has no meaning of its own (every fresh session's first fact at layer 3 is feature
+// 2050), so such an insert and the later ops of `p` on its slot move to the next free appended
+// feature of the layer (a note says so); a clash on one of the model's own features stays, with a
+// warning naming it.
+void relocate_appended(Session& s, const std::string& name, Patch& p, std::vector<std::string>* notes) {
+  const EditState& ed = s.edits();
+  const int64_t f0 = s.index().intermediate_size;
+  std::set<std::pair<int64_t, int64_t>> taken;
+  auto note_ops = [&](const Patch& q) {
+    for (const auto& o : q.ops)
+      if (o.kind == PatchOp::Kind::Insert || o.kind == PatchOp::Kind::Update) taken.insert({o.layer, o.feature});
+  };
+  for (const auto& a : ed.applied) note_ops(a.patch);
+  if (ed.recording) note_ops(ed.recording->patch);
+  for (const auto& e : s.compiled_edits()) taken.insert({e.layer, e.feature});
+  std::set<std::pair<int64_t, int64_t>> own;  // this patch's slots, as named in the file
+  for (const auto& o : p.ops) own.insert({o.layer, o.feature});
+  std::map<std::pair<int64_t, int64_t>, int64_t> moved;
+  int64_t clashes = 0;
+  for (auto& o : p.ops) {
+    const std::pair<int64_t, int64_t> key{o.layer, o.feature};
+    if (auto m = moved.find(key); m != moved.end()) {
+      o.feature = m->second;
+      continue;
+    }
+    if (o.kind != PatchOp::Kind::Insert || !taken.count(key)) continue;
+    if (o.feature < f0) {
+      ++clashes;
+      continue;
+    }
+    int64_t f = f0;
+    while (ffn_append_range_column(f, f0) || taken.count({o.layer, f}) || own.count({o.layer, f})) ++f;
+    moved[key] = f;
+    taken.insert({o.layer, f});
+    o.feature = f;
+  }
+  if (!moved.empty())
+    notes->push_back(name + ": " + std::to_string(moved.size()) +
+                     " appended feature(s) held by earlier edits moved to free ones (e.g. layer " +
+                     std::to_string(moved.begin()->first.first) + " feature " + std::to_string(moved.begin()->first.second) + " -> " +
+                     std::to_string(moved.begin()->second) + ")");
+  if (clashes > 0)
+    notes->push_back("warning: " + name + " inserts into " + std::to_string(clashes) +
+                     " feature(s) an earlier patch or edit already holds; its ops overwrite them");
+}
+
 PatchLimits limits(Session& s) {
   const auto& ix = s.index();
   bool moe = false;
@@ -174,6 +222,10 @@ int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float
   const FfnFeatureViews v = ffn_feature_views(c, w, f0);
   const int64_t r0 = v.row;  // the candidates' first row in *v.gate / *v.up, first column in *v.down
   std::vector<double> use(static_cast<size_t>(nf), 0.0), d(static_cast<size_t>(nf), 0.0);
+  // A feature whose gate row is all zeros never fires: in a vindex extracted from a model MODE
+  // SUBJECT widened, an appended one (a range column, or a free column sharing its blocks with the
+  // facts already there); writing it would re-quantise those blocks. Never a candidate.
+  std::vector<char> dead(static_cast<size_t>(nf), 0);
   std::vector<float> row(static_cast<size_t>(v.down->cols));
   {
     // The candidates' gate and up rows in f32 [nf][hidden], every row of xs against them at once
@@ -182,6 +234,7 @@ int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float
     for (int64_t f = 0; f < nf; ++f) {
       quant::dequantize_row(v.gate->type, v.gate->row(r0 + f), gw.data() + f * hidden, hidden);
       quant::dequantize_row(v.up->type, v.up->row(r0 + f), uw.data() + f * hidden, hidden);
+      dead[static_cast<size_t>(f)] = std::all_of(gw.begin() + f * hidden, gw.begin() + (f + 1) * hidden, [](float x) { return x == 0.0f; });
     }
     for (size_t i = 0; i < xs.size(); ++i)
       if (decoy_weight[i] != 0.0) xm.insert(xm.end(), xs[i].begin(), xs[i].end());
@@ -211,7 +264,7 @@ int64_t pick_slot(Session& s, int64_t layer, const std::vector<std::vector<float
   int64_t best = -1;
   double best_v = INFINITY;
   for (int64_t f = 0; f < nf; ++f) {
-    if (taken.count({layer, f0 + f})) continue;
+    if (taken.count({layer, f0 + f}) || dead[static_cast<size_t>(f)]) continue;
     const double val = use[static_cast<size_t>(f)] * std::sqrt(d[static_cast<size_t>(f)]);
     if (val < best_v) best_v = val, best = f0 + f;
   }
@@ -651,6 +704,7 @@ Table exec_patch(Session& s, const PatchStmt& st, Pos pos) {
       if (p.base_fingerprint != fp)
         t.notes.push_back("warning: " + st.name + " was made on another build of \"" + p.base_model + "\" (fingerprint " +
                           p.base_fingerprint + "; this vindex: " + fp + "); applied anyway");
+      relocate_appended(s, st.name, p, &t.notes);
       ed.applied.push_back(NamedPatch{st.name, std::move(p)});
       try {
         ed.rebuild(base());

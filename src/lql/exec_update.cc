@@ -80,10 +80,18 @@ std::vector<std::pair<int64_t, int64_t>> select_slots(Session& s, const Cond& wh
   if (auto slot = direct_slot(where)) {
     const int64_t layer = slot->layer->integer, feature = slot->feature->integer;
     check_layer(s, layer, slot->layer->pos);
-    if (feature < 0 || feature >= s.index().intermediate_size)
+    // The vindex's features, and those the session's MODE SUBJECT edits appended past them (named
+    // only here: the scans below see the vindex's own).
+    const int64_t f0 = s.index().intermediate_size;
+    const auto& ov = s.edits().overlay;
+    const int64_t width = f0 + (ov ? ov->appended_ffn() : 0);
+    if (feature < 0 || feature >= width)
       throw Error(ErrorKind::InvalidArgument, what + ": feature " + std::to_string(feature) + " at " +
-                                                  slot->feature->pos.str() + " is out of range 0-" +
-                                                  std::to_string(s.index().intermediate_size - 1));
+                                                  slot->feature->pos.str() + " is out of range 0-" + std::to_string(width - 1));
+    if (ffn_append_range_column(feature, f0))
+      throw Error(ErrorKind::InvalidArgument, what + ": feature " + std::to_string(feature) + " at " + slot->feature->pos.str() +
+                                                  " is a range column of the appended features (it holds no feature; docs/lql.md "
+                                                  "\"MODE SUBJECT\")");
     return {{layer, feature}};
   }
   if (const Cond* e = find_field(where, "entity"))

@@ -188,6 +188,9 @@ Patch patch_from_json(std::string_view text, const PatchLimits& lim, const std::
   auto integer = [&](const json& o, const char* k, const std::string& where, int64_t lo, int64_t hi) -> int64_t {
     if (!o.contains(k)) bad(name, field(where, k), "missing");
     if (!o[k].is_number_integer()) bad(name, field(where, k), "not an integer");
+    // An unsigned value past int64's range would wrap to a negative one: named as written.
+    if (o[k].is_number_unsigned() && o[k].get<uint64_t>() > static_cast<uint64_t>(hi))
+      bad(name, field(where, k), std::to_string(o[k].get<uint64_t>()) + " is out of range " + std::to_string(lo) + "-" + std::to_string(hi));
     const int64_t v = o[k].get<int64_t>();
     if (v < lo || v > hi)
       bad(name, field(where, k), std::to_string(v) + " is out of range " + std::to_string(lo) + "-" + std::to_string(hi));

@@ -161,6 +161,14 @@ TEST(PatchFile, AppendedFeaturesAreNamedPastTheWidthButNotTheRangeColumns) {
   for (int64_t f : {32, 33, 48, 49})
     EXPECT_NE(err(f).find("is a range column of the appended features"), std::string::npos) << f << ": " << err(f);
   EXPECT_NE(err(64).find("operations[1].feature: 64 is out of range"), std::string::npos) << err(64);
+  // 2^63 as written, not wrapped to a negative number.
+  const std::string big = with_op(R"({"op":"delete","layer":1,"feature":9223372036854775808})");
+  try {
+    patch_from_json(big, lim, "h.vlp");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("9223372036854775808 is out of range 0-63"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PatchFile, SaveWithoutReplaceRefusesAnExistingFile) {

@@ -178,3 +178,39 @@ def test_the_compiled_gguf_answers_in_llama_cpp(runs, facts_real, llama_cpp_mod)
     del llm
     print(f"\n[MODE SUBJECT compiled to GGUF] llama.cpp answers {hits}/{len(facts_real)}")
     assert hits >= 7, hits
+
+
+def test_patches_made_apart_keep_both_facts_and_delete_reaches_an_appended_feature(larql_bin, inference_vindex, tmp_path, facts_real):
+    # Each fresh session appends its first fact at the same feature (docs/lql.md "MODE SUBJECT":
+    # 2050 at layer 3 of the default model), so two patches made apart name one slot. Applied
+    # together, the second's feature moves to a free one (a note says so) and both facts answer;
+    # DELETE ... WHERE layer = L AND feature = F reaches the moved one, and DIFF refuses a session
+    # with appended features (it would compare only the vindex's own).
+    a, b = facts_real[0], facts_real[1]
+    made = []
+    for name, f in (("a", a), ("b", b)):
+        d = tmp_path / name
+        d.mkdir()
+        docs, _ = run_script(larql_bin, inference_vindex, d, [f"BEGIN PATCH {lql_str(str(tmp_path / (name + '.vlp')))}", insert(f), "SAVE PATCH"])
+        made.append((docs[1]["rows"][0][5], docs[1]["rows"][0][6]))  # (layer, feature)
+    assert made[0] == made[1], made  # the clash this test is about
+    layer, feature = made[0]
+    d = tmp_path / "both"
+    d.mkdir()
+    lines = [f"APPLY PATCH {lql_str(str(tmp_path / 'a.vlp'))}", f"APPLY PATCH {lql_str(str(tmp_path / 'b.vlp'))}",
+             f"INFER {lql_str(a['prompt'])} TOP 1", f"INFER {lql_str(b['prompt'])} TOP 1"]
+    docs, _ = run_script(larql_bin, inference_vindex, d, lines)
+    moved = [n for n in docs[1].get("notes", []) if "moved to free ones" in n]
+    assert moved and f"feature {feature} -> " in moved[0], docs[1]
+    new_feature = int(moved[0].split(" -> ")[1].rstrip(")"))
+    assert top1(docs[2]) == a["target_id"], docs[2]
+    assert top1(docs[3]) == b["target_id"], docs[3]
+    docs, _ = run_script(larql_bin, inference_vindex, d,
+                         lines[:2] + [f"DELETE FROM EDGES WHERE layer = {layer} AND feature = {new_feature}",
+                                      f"INFER {lql_str(a['prompt'])} TOP 1", f"INFER {lql_str(b['prompt'])} TOP 1"])
+    assert top1(docs[3]) == a["target_id"], docs[3]
+    assert top1(docs[4]) != b["target_id"], docs[4]
+    script = d / "diff.lql"
+    script.write_text(lines[0] + f";\nDIFF CURRENT {lql_str(str(inference_vindex))};\n")
+    r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "-t", "1", "-f", str(script)], capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and "which DIFF does not compare" in r.stderr, (r.stdout[-500:], r.stderr[-500:])
