@@ -91,7 +91,7 @@ std::vector<std::pair<int64_t, int64_t>> select_slots(Session& s, const Cond& wh
     if (ffn_append_range_column(feature, f0))
       throw Error(ErrorKind::InvalidArgument, what + ": feature " + std::to_string(feature) + " at " + slot->feature->pos.str() +
                                                   " is a range column of the appended features (it holds no feature; docs/lql.md "
-                                                  "\"MODE SUBJECT\")");
+                                                  "\"Knowledge edits\", MODE SUBJECT)");
     return {{layer, feature}};
   }
   if (const Cond* e = find_field(where, "entity"))

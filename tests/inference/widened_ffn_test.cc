@@ -2,7 +2,7 @@
 // same logits as the base bit for bit (zero gate and up rows give an exact zero activation, zero
 // blocks of down add exact zeros), the appended range columns hold +-R (R the layer's largest
 // |down| value), and a feature written into an appended block changes no other value of it.
-// Expected values: the definition of the widening (docs/lql.md "MODE SUBJECT"), the base model's
+// Expected values: the definition of the widening (docs/lql.md "Knowledge edits", MODE SUBJECT), the base model's
 // own logits, and Q8_0's step (block max / 127), not the code under test.
 #include <gtest/gtest.h>
 

@@ -181,7 +181,7 @@ def test_the_compiled_gguf_answers_in_llama_cpp(runs, facts_real, llama_cpp_mod)
 
 
 def test_patches_made_apart_keep_both_facts_and_delete_reaches_an_appended_feature(larql_bin, inference_vindex, tmp_path, facts_real):
-    # Each fresh session appends its first fact at the same feature (docs/lql.md "MODE SUBJECT":
+    # Each fresh session appends its first fact at the same feature (docs/lql.md "Knowledge edits", MODE SUBJECT:
     # 2050 at layer 3 of the default model), so two patches made apart name one slot. Applied
     # together, the second's feature moves to a free one (a note says so) and both facts answer;
     # DELETE ... WHERE layer = L AND feature = F reaches the moved one, and DIFF refuses a session
