@@ -43,7 +43,8 @@ struct InsertMemo {
   std::map<std::string, std::vector<float>> base_ffn_in;  ///< "LAYER|prompt" -> [hidden]
   std::map<std::string, std::vector<float>> fact_keys;    ///< "LAYER|entity|relation" (lower case) -> [hidden]
   std::map<std::string, double> scale;                    ///< "LAYER|relation" -> the last up-row scale balanced
-  std::map<int64_t, std::vector<std::vector<float>>> background;  ///< layer -> ordinary text's inputs, every position
+  std::map<int64_t, std::vector<std::vector<float>>> background;  ///< layer -> ordinary text's inputs, every position but BOS
+  std::map<int64_t, std::vector<float>> bos;  ///< layer -> the FFN input at BOS (position 0: the same in every prompt) [hidden]
   std::map<std::pair<int64_t, double>, std::vector<double>> whitener;  ///< (layer, ridge) -> Cholesky factor of their second moment + ridge [hidden^2]
   /// MODE SUBJECT's EditTail of the base model from layer `tail->first()` (the f32 copies of the
   /// layers after its install layer, ~300 MB for the default model: kept rather than

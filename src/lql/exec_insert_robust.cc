@@ -100,8 +100,13 @@ const std::vector<std::vector<float>>& background(Session& s, int64_t layer) {
   texts.emplace_back(kBackground);
   for (const auto& t : texts) {
     ForwardRun run = run_forward(s, t, true, "INSERT", s.base_model("INSERT"));
-    for (auto& r : run.rows)
-      if (r.layer == layer && r.pos > 0) out.push_back(std::move(r.ffn_in));
+    for (auto& r : run.rows) {
+      if (r.layer != layer) continue;
+      if (r.pos > 0)
+        out.push_back(std::move(r.ffn_in));
+      else
+        s.edits().memo->bos[layer] = r.ffn_in;
+    }
   }
   return memo[layer] = std::move(out);
 }
@@ -190,6 +195,10 @@ std::string fact_memo_key(int64_t layer, const std::string& entity, const std::s
 
 std::vector<double> insert_mean_rows(const std::vector<std::vector<float>>& rows, int64_t hidden) { return mean_rows(rows, hidden); }
 const std::vector<std::vector<float>>& insert_background(Session& s, int64_t layer) { return background(s, layer); }
+const std::vector<float>& insert_bos_row(Session& s, int64_t layer) {
+  background(s, layer);
+  return s.edits().memo->bos.at(layer);
+}
 std::vector<double> insert_whiten(Session& s, int64_t layer, const std::vector<double>& v) { return whiten(s, layer, v); }
 std::vector<std::string> insert_invented_entities() { return {std::begin(kInvented), std::end(kInvented)}; }
 std::string insert_fill(const std::string& tmpl, const std::string& relation, const std::string& entity, size_t* entity_end) {

@@ -20,6 +20,9 @@
 //    ROBUST's minimum-variance functional b (b . x ~ 1), the gate G (r - tau b) with pre-activation
 //    kPreActivation at the mean score, the up row r / (s_mean kPreActivation): the feature's
 //    activation is ~1 on the fact's subject token and 0 elsewhere.
+//    P also projects off BOS's input (the attention sink every prompt shares), and the gate is
+//    moved against it until its pre-activation there is -kBosPreActivation: any activation at BOS
+//    moves every logit of every prompt.
 // 4. The down column d: L-BFGS (minimize_lbfgs; steps of at most kStep) on the mean over the 12
 //    prompts of -log P(target) at the last position, plus kDecay |d|^2, the gradient through the
 //    layers after L by EditTail (the post-FFN norm of L included), at most kSteps evaluations,
@@ -56,6 +59,8 @@ namespace {
 const char* const kPrefixes[] = {"", "According to the records, "};
 constexpr double kThreshold = 0.5, kBackgroundMargin = 1.5;  // as ROBUST's
 constexpr double kPreActivation = 8.0;
+// The gate's pre-activation at BOS is made at most minus this (gelu_tanh(-20) underflows to 0).
+constexpr double kBosPreActivation = 20.0;
 // An earlier inserted entity scoring above this fraction of the threshold is projected off the
 // gate (at most kEarlierRounds times the direction is made again).
 constexpr double kEarlierNear = 0.25;
@@ -246,6 +251,10 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   // a few hundred facts at a layer and leaves no direction).
   SpanBasis basis;
   for (const auto& d : decoys) basis.add(std::vector<double>(d.begin(), d.end()));
+  {
+    const std::vector<float>& bos = insert_bos_row(s, layer);
+    basis.add(std::vector<double>(bos.begin(), bos.end()));
+  }
   std::vector<double> r;
   std::vector<char> projected(earlier.size(), 0);
   const std::vector<std::vector<float>>& background = insert_background(s, layer);
@@ -313,6 +322,30 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   for (int64_t i = 0; i < H; ++i) {
     op.gate[static_cast<size_t>(i)] = static_cast<float>(G * (r[static_cast<size_t>(i)] - tau * bias[static_cast<size_t>(i)]));
     op.up[static_cast<size_t>(i)] = static_cast<float>(r[static_cast<size_t>(i)] / (s_mean * kPreActivation));
+  }
+  // BOS. Its row is the same in every prompt and every position attends to it (the attention
+  // sink): any nonzero activation there moves every later position of every prompt (one edit, in
+  // the default model: 2.5% of the residual at the last layer). r is kept off it (P above), so
+  // the up row's value there is only its quantisation's; the gate is made to shut there too, at
+  // most -kBosPreActivation, where the activation underflows to 0: the gate moves against the BOS
+  // row taken off the fact's own rows (their pre-activations unchanged). Ordinary text's rows
+  // share a positive part with BOS's, so they move down with it (the first fact of the set:
+  // ordinary text's highest pre-activation -7.4 -> -11.2), where the whitened BOS row raised some
+  // (-5.0), and the unrelated text's logits are the base's bit for bit.
+  {
+    const std::vector<float>& bos = insert_bos_row(s, layer);
+    const double g_bos = compute::dot_f32(op.gate.data(), bos.data(), H);
+    if (g_bos > -kBosPreActivation) {
+      SpanBasis own;
+      for (const auto& run : runs) own.add(std::vector<double>(run.x.begin(), run.x.end()));
+      std::vector<double> w(bos.begin(), bos.end());
+      own.project_out(w);
+      const double wb = insert_dot(w, bos);
+      if (wb > 0) {
+        const double kappa = (g_bos + kBosPreActivation) / wb;
+        for (int64_t i = 0; i < H; ++i) op.gate[static_cast<size_t>(i)] -= static_cast<float>(kappa * w[static_cast<size_t>(i)]);
+      }
+    }
   }
   // The slot: a feature appended past the model's width (the first free one; EditState::apply
   // widens the FFN when there is none), so no feature of the model is overwritten. Overwriting the

@@ -193,6 +193,9 @@ struct SpanBasis {
 /// The FFN inputs at `layer` of every position but BOS of ordinary text and the decoy prompts,
 /// on the base model (memoised): [rows][hidden].
 const std::vector<std::vector<float>>& insert_background(Session& s, int64_t layer);
+/// The base model's FFN input at `layer` at BOS (position 0, the same row in every prompt: the
+/// attention sink), memoised with insert_background. [hidden]
+const std::vector<float>& insert_bos_row(Session& s, int64_t layer);
 /// (C + lambda I)^-1 v, C the second moment of insert_background's rows (lambda = 0.05 x its
 /// mean eigenvalue; the factor memoised per layer).
 std::vector<double> insert_whiten(Session& s, int64_t layer, const std::vector<double>& v);

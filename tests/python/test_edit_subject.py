@@ -180,6 +180,26 @@ def test_the_compiled_gguf_answers_in_llama_cpp(runs, facts_real, llama_cpp_mod)
     assert hits >= 7, hits
 
 
+def test_unrelated_text_keeps_its_logits_in_the_compiled_gguf(runs, llama_cpp_mod):
+    # The 8 features must stay shut off their subjects, at BOS above all: its row is the same in
+    # every prompt and every position attends to it, so any activation there moves every logit of
+    # every prompt (docs/lql.md "Knowledge edits", MODE SUBJECT). Before the gate was shut there,
+    # one edit moved this text's logits by up to 1.0-1.4 (llama.cpp and larql alike); with it they
+    # are the base's bit for bit. llama.cpp, the peer, runs both GGUFs.
+    import numpy as np
+    text = ("The history of the river valley begins with the first farmers, who cleared the forest "
+            "and planted wheat along the banks. Their villages grew into small towns.")
+    out = {}
+    for name, model in (("base", None), ("edited", runs[4])):
+        llm = peer.load_llama(n_ctx=64, logits_all=True, model=model)
+        ids = peer.llama_tokenize(llm, text)
+        out[name] = np.array(peer.llama_logits(llm, ids))
+        del llm
+    diff = np.abs(out["edited"] - out["base"]).max(axis=1)
+    print(f"\n[MODE SUBJECT, 8 facts compiled] unrelated text: max |logit change| per position {np.round(diff, 4).tolist()}")
+    assert float(diff.max()) < 1e-3, diff
+
+
 def test_patches_made_apart_keep_both_facts_and_delete_reaches_an_appended_feature(larql_bin, inference_vindex, tmp_path, facts_real):
     # Each fresh session appends its first fact at the same feature (docs/lql.md "Knowledge edits", MODE SUBJECT:
     # 2050 at layer 3 of the default model), so two patches made apart name one slot. Applied
