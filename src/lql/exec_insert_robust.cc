@@ -104,8 +104,8 @@ const std::vector<std::vector<float>>& background(Session& s, int64_t layer) {
       if (r.layer != layer) continue;
       if (r.pos > 0)
         out.push_back(std::move(r.ffn_in));
-      else
-        s.edits().memo->bos[layer] = r.ffn_in;
+      else if (!s.edits().memo->bos.count(layer))  // the same row in every text
+        s.edits().memo->bos[layer] = std::move(r.ffn_in);
     }
   }
   return memo[layer] = std::move(out);

@@ -251,10 +251,8 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   // a few hundred facts at a layer and leaves no direction).
   SpanBasis basis;
   for (const auto& d : decoys) basis.add(std::vector<double>(d.begin(), d.end()));
-  {
-    const std::vector<float>& bos = insert_bos_row(s, layer);
-    basis.add(std::vector<double>(bos.begin(), bos.end()));
-  }
+  const std::vector<float>& bos = insert_bos_row(s, layer);
+  basis.add(std::vector<double>(bos.begin(), bos.end()));
   std::vector<double> r;
   std::vector<char> projected(earlier.size(), 0);
   const std::vector<std::vector<float>>& background = insert_background(s, layer);
@@ -333,7 +331,6 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
   // ordinary text's highest pre-activation -7.4 -> -11.2), where the whitened BOS row raised some
   // (-5.0), and the unrelated text's logits are the base's bit for bit.
   {
-    const std::vector<float>& bos = insert_bos_row(s, layer);
     const double g_bos = compute::dot_f32(op.gate.data(), bos.data(), H);
     if (g_bos > -kBosPreActivation) {
       SpanBasis own;
