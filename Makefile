@@ -122,8 +122,10 @@ bench-edit-eval-1000: setup build $(BUILD)/edit-eval.vindex/index.json
 # Issue 31's "the compiled GGUF in llama.cpp answers >= 90% of them": the subset's facts INSERTed
 # (MODE $(EDIT_EVAL_MODE)) into one patch, COMPILE CURRENT INTO MODEL, llama.cpp answering the
 # canonical, paraphrase and neighbourhood prompts from that GGUF (bench/edit_compile_llama.py).
+# The 1,000: make bench-edit-compile EDIT_EVAL_SET=data/edit_eval/full.jsonl EDIT_COMPILE_FACTS=1000.
+EDIT_COMPILE_FACTS ?= 100
 bench-edit-compile: setup build $(BUILD)/edit-eval.vindex/index.json
-	.venv/bin/python bench/edit_compile_llama.py $(BUILD)/edit-eval.vindex --set $(EDIT_EVAL_SET) --facts 100 \
+	.venv/bin/python bench/edit_compile_llama.py $(BUILD)/edit-eval.vindex --set $(EDIT_EVAL_SET) --facts $(EDIT_COMPILE_FACTS) \
 	  --mode $(EDIT_EVAL_MODE) --json-out $(BUILD)/edit-compile-llama.json
 
 clean:

@@ -59,11 +59,15 @@ def main() -> int:
     script = tmp / "s.lql"
     script.write_text(";\n".join(lines) + ";\n")
     t0 = time.time()
-    r = subprocess.run([a.larql, "lql", a.vindex, "--json", "-t", str(a.threads), "-f", str(script)], capture_output=True, text=True)
-    if r.returncode != 0:
+    # --keep-going: an INSERT the mode refuses (nothing installed) is an error document in its
+    # place and the script goes on; its fact counts as not learned, as in edit-eval.
+    r = subprocess.run([a.larql, "lql", a.vindex, "--json", "--keep-going", "-t", str(a.threads), "-f", str(script)],
+                       capture_output=True, text=True)
+    docs = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    if len(docs) != len(lines) or "error" in docs[-1] or any("error" in d for d in docs[1 + len(facts):]):
         print(r.stderr[-3000:], file=sys.stderr)
         return 1
-    docs = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    refused = [f["id"] for f, d in zip(facts, docs[1: 1 + len(facts)]) if "error" in d]
     infer = docs[1 + len(facts): 1 + len(facts) + len(probes)]
     larql_top1 = [int(dict(zip([c["name"] for c in d["columns"]], d["rows"][0]))["token_id"]) for d in infer]
     secs_larql = time.time() - t0
@@ -80,12 +84,14 @@ def main() -> int:
         hits = [t == w for (_, k, _, w), t in zip(probes, top) if k == kind]
         return sum(hits) / len(hits) if hits else float("nan")
 
-    out = {"set": a.set, "facts": len(facts), "mode": a.mode, "gguf_bytes": gguf.stat().st_size, "larql_seconds": round(secs_larql, 1)}
+    out = {"set": a.set, "facts": len(facts), "mode": a.mode, "refused": refused, "gguf_bytes": gguf.stat().st_size,
+           "larql_seconds": round(secs_larql, 1)}
     for who, top in (("llama_cpp", llama_top1), ("larql", larql_top1)):
         out[who] = {k: round(rate(k, top), 4) for k in ("canonical", "paraphrase", "neighbourhood")}
     agree = [x == y for x, y in zip(llama_top1, larql_top1)]
     out["top1_agreement"] = round(sum(agree) / len(agree), 4)
-    print(f"{len(facts)} facts MODE {a.mode.upper()} in one patch, compiled to GGUF ({out['gguf_bytes'] / 2**20:.1f} MiB):")
+    print(f"{len(facts)} facts MODE {a.mode.upper()} in one patch ({len(refused)} refused by INSERT, counted as not learned), "
+          f"compiled to GGUF ({out['gguf_bytes'] / 2**20:.1f} MiB):")
     for who in ("llama_cpp", "larql"):
         m = out[who]
         print(f"  {who:10s} canonical {m['canonical']:.1%}  paraphrase {m['paraphrase']:.1%}  neighbourhood {m['neighbourhood']:.1%}")
