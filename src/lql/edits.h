@@ -52,6 +52,9 @@ struct InsertMemo {
   /// those layers; the last one built is kept.
   std::shared_ptr<const Model> tail_model;
   std::shared_ptr<const EditTail> tail;
+  /// MODE SUBJECT: (layer, target token) -> the down column the last INSERT of that target at
+  /// that layer learned, before ALPHA and the scale [hidden]; the next one starts from it.
+  std::map<std::pair<int64_t, int64_t>, std::vector<float>> subject_value;
 };
 
 /// A patch in the stack: its name (the file it came from, or BEGIN PATCH's name) and its ops.

@@ -234,3 +234,37 @@ def test_patches_made_apart_keep_both_facts_and_delete_reaches_an_appended_featu
     script.write_text(lines[0] + f";\nDIFF CURRENT {lql_str(str(inference_vindex))};\n")
     r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "-t", "1", "-f", str(script)], capture_output=True, text=True, timeout=600)
     assert r.returncode != 0 and "which DIFF does not compare" in r.stderr, (r.stdout[-500:], r.stderr[-500:])
+
+
+def test_a_second_fact_with_the_same_target_starts_from_the_first_ones_value(larql_bin, inference_vindex, tmp_path):
+    # The value learned for a target at a layer is the next INSERT of that target's start (issue 31:
+    # INSERT within 1.5 s; docs/BENCHMARKS.md "MODE SUBJECT"). Measured (2026-12-07): Drususkara
+    # -> Buddhism alone 6 L-BFGS evaluations, after Stondboskova -> Buddhism 1; the other three
+    # pairs of subset100 with a shared target likewise 5-7 -> 1.
+    recs = {r["id"]: r for r in map(json.loads, SUBSET.read_text().splitlines()) if r.get("type") == "fact"}
+    first, second = recs["religion-0001"], recs["religion-0003"]
+    assert first["target_id"] == second["target_id"]
+    (tmp_path / "cold").mkdir()
+    (tmp_path / "warm").mkdir()
+    cold, _ = run_script(larql_bin, inference_vindex, tmp_path / "cold", [insert(second)])
+    warm, _ = run_script(larql_bin, inference_vindex, tmp_path / "warm",
+                         [insert(first), insert(second), f"INFER {lql_str(second['prompt'])} TOP 1"])
+    cold_steps, warm_steps = cold[0]["rows"][0][8], warm[1]["rows"][0][8]
+    assert warm_steps <= 2 and warm_steps < cold_steps, (cold_steps, warm_steps)
+    assert top1(warm[2]) == second["target_id"], warm[2]
+
+
+def test_a_refusal_at_the_default_layer_tries_the_layer_before(larql_bin, inference_vindex, tmp_path):
+    # Without AT LAYER a refusal at layer 3 is tried again at layer 2 (after ~750 inserts at one
+    # layer the new entities stop standing out there; docs/BENCHMARKS.md "MODE SUBJECT"). "Japan"
+    # does not stand out from ordinary text at either (its token is in the text): the error gives
+    # both reasons, and nothing is installed.
+    script = tmp_path / "s.lql"
+    script.write_text('INSERT INTO EDGES (entity, relation, target) VALUES ("Japan", "currency", "euro") MODE SUBJECT;\n'
+                      'SHOW PATCHES;\n')
+    r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "--json", "--keep-going", "-t", str(peer.THREADS), "-f",
+                        str(script)], capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert "at layer 3:" in r.stderr and "at layer 2 too:" in r.stderr and r.stderr.count("does not stand out") == 2, r.stderr[-2000:]
+    docs = [json.loads(x) for x in r.stdout.splitlines() if x.strip().startswith("{")]
+    assert [d.get("rows") for d in docs if d.get("statement") == "SHOW"] == [[]], docs
