@@ -10,8 +10,8 @@
 //    residual leaving L.
 // 2. The key k = mean_i x_i - the decoy entities' mean under the same templates (base model,
 //    memoised); the gate direction r = P (C + lambda I)^-1 P k, P the projection off the decoys'
-//    subject rows and off those of the entities the session inserted before at L (their template
-//    mean) that r would otherwise score above a quarter of the threshold, C ordinary text's
+//    subject rows and off those of the entities the session inserted before, at any layer (their
+//    template mean at L) that r would otherwise score above a quarter of the threshold, C ordinary text's
 //    second moment at L (ROBUST's whitening). At the subject's
 //    token the fact's rows score far above ordinary text (Gemma 3 270M, layer 3: 8-15 against at
 //    most 0.6-2.2; ROBUST's last-position key scores 0.3 against 0.26 for some facts).
@@ -140,7 +140,9 @@ SubjectRun subject_run(Session& s, const std::string& prompt, size_t entity_end,
 const std::vector<float>& base_subject_row(Session& s, const std::string& tmpl, const std::string& relation,
                                            const std::string& entity, int64_t layer) {
   auto& memo = s.edits().memo->base_ffn_in;
-  auto [text, end] = fill_at(tmpl, relation, entity);
+  const auto filled = fill_at(tmpl, relation, entity);
+  const std::string& text = filled.first;
+  const size_t end = filled.second;
   auto key = [&](int64_t l) { return "subject|" + std::to_string(l) + "|" + std::to_string(end) + "|" + text; };
   auto it = memo.find(key(layer));
   if (it == memo.end()) {
@@ -246,9 +248,9 @@ Table insert_subject_at(Session& s, const InsertStmt& st, PatchOp op, Table t, s
     auto add_op = [&](const PatchOp& o) {
       if (o.kind != PatchOp::Kind::Insert || o.entity.empty()) return;
       if (insert_lower(o.entity) == insert_lower(st.entity)) {
-        if (insert_lower(o.relation) == insert_lower(st.relation) && o.layer == layer)
+        if (insert_lower(o.relation) == insert_lower(st.relation))
           t.notes.push_back("\"" + o.entity + "\" -[" + o.relation + "]-> \"" + o.target + "\" is already inserted at L" +
-                            std::to_string(layer) + " (feature " + std::to_string(o.feature) +
+                            std::to_string(o.layer) + " (feature " + std::to_string(o.feature) +
                             "); this INSERT adds a second feature for the same subject and relation (REMOVE PATCH undoes both)");
         return;
       }
@@ -447,19 +449,24 @@ Table insert_subject_at(Session& s, const InsertStmt& st, PatchOp op, Table t, s
     return f;
   };
   // The last value learned for the same target at this layer is the start (another subject's,
-  // through other prompts, but the same token to raise): 1-3 evaluations instead of 5-9 when it
-  // already carries (docs/BENCHMARKS.md "MODE SUBJECT").
+  // through other prompts, but the same token to raise): 1-2 evaluations instead of 5-9 when it
+  // already carries (docs/BENCHMARKS.md "MODE SUBJECT"). One that ends below kMinP is run again
+  // from 0, so a start can never be what refuses.
   auto& values = s.edits().memo->subject_value;
-  if (auto it = values.find({layer, target}); it != values.end() && it->second.size() == d.size()) d = it->second;
+  const auto known = values.find({layer, target});
+  const bool warm = known != values.end() && known->second.size() == d.size();
   MinimizeOptions mo;
   mo.first_step = mo.max_step = kStep;
   mo.max_evals = kSteps;
-  const MinimizeResult res = minimize_lbfgs(d, eval, [&] { return std::exp(mean_lp) > kStopP; }, mo);
-  steps = res.evals;
-  {
+  for (int attempt = warm ? 0 : 1; attempt < 2; ++attempt) {
+    if (attempt == 0) d = known->second;
+    else std::fill(d.begin(), d.end(), 0.0f);
+    const MinimizeResult res = minimize_lbfgs(d, eval, [&] { return std::exp(mean_lp) > kStopP; }, mo);
+    steps += res.evals;
     double dd = 0;
     for (float v : d) dd += static_cast<double>(v) * v;
     mean_lp = -(res.f - kDecay * dd);  // the prompts' mean log-probability at the d returned
+    if (std::exp(mean_lp) >= kMinP) break;
   }
   // A value that did not make the target likely (too few layers after L to carry it: AT LAYER
   // n_layers - 2 ends near 1e-6) is refused, as ROBUST refuses; nothing is installed.
@@ -471,7 +478,6 @@ Table insert_subject_at(Session& s, const InsertStmt& st, PatchOp op, Table t, s
                   static_cast<long long>(layer), std::exp(mean_lp), runs.size(), steps, kMinP);
     throw SubjectRefused(ErrorKind::InvalidArgument, buf);
   }
-  values[{layer, target}] = d;
   const double alpha = st.alpha.value_or(1.0);
   op.down.resize(static_cast<size_t>(H));
   for (int64_t j = 0; j < H; ++j) op.down[static_cast<size_t>(j)] = static_cast<float>(alpha * d[static_cast<size_t>(j)]);
@@ -488,6 +494,7 @@ Table insert_subject_at(Session& s, const InsertStmt& st, PatchOp op, Table t, s
     t.notes.push_back(buf);
   }
   record_edits(s, {op}, &t.notes);
+  values[{layer, target}] = d;
   bool top1 = false;
   const double p = insert_target_prob(s, runs[0].prompt, target, &top1);
   if (!top1) t.notes.push_back("the target is not the top prediction of \"" + runs[0].prompt + "\"");
@@ -517,9 +524,9 @@ Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t,
     try {
       return insert_subject_at(s, st, std::move(op), std::move(t), t0, layer - 1);
     } catch (const SubjectRefused& e2) {
+      // The second reason without its "INSERT ...: " head (the first one's names the statement).
       std::string why = e2.what();
-      const std::string head = "INSERT ... MODE SUBJECT: ";
-      if (why.rfind(head, 0) == 0) why.erase(0, head.size());
+      if (why.rfind("INSERT", 0) == 0 && why.find(": ") != std::string::npos) why.erase(0, why.find(": ") + 2);
       throw Error(ErrorKind::InvalidArgument, std::string(e.what()) + "; at layer " + std::to_string(layer - 1) + " too: " + why);
     }
   }

@@ -210,7 +210,8 @@ std::string insert_fill(const std::string& tmpl, const std::string& relation, co
 /// sum_i a[i] b[i], accumulated in double over a.size() values.
 double insert_dot(const std::vector<double>& a, const std::vector<float>& b);
 /// MODE SUBJECT (exec_insert_subject.cc): as exec_insert_robust; `op.layer` is replaced by the
-/// mode's own default unless the statement has AT LAYER.
+/// mode's own default unless the statement has AT LAYER (and by the layer before the default when
+/// the default refuses).
 Table exec_insert_subject(Session& s, const InsertStmt& st, PatchOp op, Table t, std::chrono::steady_clock::time_point t0);
 std::vector<std::string> insert_decoy_prompts();
 /// ASCII lower case: how edits compare entity and relation names.
