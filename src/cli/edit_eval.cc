@@ -46,7 +46,7 @@ using nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 struct Args {
-  std::string vindex, set, mode = "compose", clauses, logits_out, json_out;
+  std::string vindex, set, mode = "compose", clauses, logits_out, json_out, patch_out;
   int64_t facts = 0, single = -1, sequential = -1, every = 100, global_sample = 10, fluency_tokens = 32;
   int threads = 0;
   bool json = false;
@@ -375,7 +375,19 @@ class Evaluator {
     j["every"] = static_cast<int64_t>(every);
     j["curve"] = curve;
     const std::string edited = logits_digest(sess_.model("edit-eval"));
+    if (!a_.patch_out.empty()) {
+      // SAVE PATCH writes the recording to its temporary name; it is moved to --patch-out after
+      // REMOVE PATCH took it off the stack.
+      lql("SAVE PATCH");
+    }
     remove_patch(name);
+    if (!a_.patch_out.empty()) {
+      // Checked writable before the run; a failure now is reported, not the run's results lost.
+      std::error_code ec;
+      fs::copy_file(name, a_.patch_out, fs::copy_options::overwrite_existing, ec);
+      if (ec) std::fprintf(stderr, "warning: --patch-out %s: %s (the patch stays at %s)\n", a_.patch_out.c_str(), ec.message().c_str(), name.c_str());
+      else fs::remove(name, ec), j["patch_out"] = a_.patch_out;
+    }
     j["edited_logits_xxh3"] = edited;
     j["remove_patch_logits_xxh3"] = logits_digest(sess_.model("edit-eval"));
     j["remove_patch_bit_identical"] = j["remove_patch_logits_xxh3"] == base_digest_;
@@ -431,6 +443,7 @@ void run(const Args& a) {
   // input now) is never one of them.
   if (!a.json_out.empty()) check_output_path(a.json_out, "--json-out");
   if (!a.logits_out.empty()) check_output_path(a.logits_out, "--logits-out");
+  if (!a.patch_out.empty()) check_output_path(a.patch_out, "--patch-out");
   Evaluator ev(a, std::move(set));
   const ordered_json out = ev.run();
   if (!a.json_out.empty()) {
@@ -473,6 +486,8 @@ void register_edit_eval(CLI::App& app) {
   add_threads_flag(s, a->threads);
   s->add_flag("--json", a->json, "print one JSON document (docs/cli.md lists its fields)");
   s->add_option("--json-out", a->json_out, "also write that JSON document to this file (the text report still prints)");
+  s->add_option("--patch-out", a->patch_out,
+                "write the sequential phase's patch (every INSERT of it) to this .vlp file, for APPLY PATCH in larql lql");
   s->callback([a] { run(*a); });
 }
 

@@ -91,7 +91,8 @@ def eval_doc(larql_bin, inference_vindex, small_set):
     npy = small_set["dir"] / "after_remove.npy"
     t0 = time.time()
     r = subprocess.run([str(larql_bin), "edit-eval", str(inference_vindex), "--set", str(small_set["path"]), "--every", "1",
-                        "--global-sample", str(N_FACTS), "--json", "--logits-out", str(npy), "-t", str(peer.THREADS)],
+                        "--global-sample", str(N_FACTS), "--json", "--logits-out", str(npy), "--patch-out",
+                        str(small_set["dir"] / "seq-out.vlp"), "-t", str(peer.THREADS)],
                        capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
@@ -239,6 +240,25 @@ def test_sequential_measures_equal_infer(eval_doc, infer_docs, small_set, larql_
     # The final re-test, fact by fact.
     for f, got, d, o in zip(facts, seq["facts"], infer_docs["seq"][-1][1], base_old):
         check_fact(measured(f, d, o), got, f)
+
+
+def test_patch_out_holds_the_sequential_edits(eval_doc, larql_bin, inference_vindex, small_set):
+    # --patch-out: the sequential phase's patch, one insert per fact in order; applied in a fresh
+    # `larql lql` session it gives the canonical prompts the last re-test's answers.
+    doc, _ = eval_doc
+    facts, path = small_set["facts"], small_set["dir"] / "seq-out.vlp"
+    assert doc["sequential"]["patch_out"] == str(path)
+    patch = json.loads(path.read_text())
+    ops = [o for o in patch["operations"] if o["op"] == "insert"]
+    assert [(o["entity"], o["target_id"]) for o in ops] == [(f["entity"], f["target_id"]) for f in facts]
+    lines = [f"APPLY PATCH {lql_str(str(path))}"] + [f"INFER {lql_str(f['prompt'])} TOP 1" for f in facts]
+    script = small_set["dir"] / "apply-out.lql"
+    script.write_text(";\n".join(lines) + ";\n")
+    r = subprocess.run([str(larql_bin), "lql", str(inference_vindex), "--json", "-t", str(peer.THREADS), "-f", str(script)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    docs = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert [top1(d) for d in docs[1:]] == [g["top1"] for g in doc["sequential"]["facts"]]
 
 
 def test_remove_patch_restores_base_bit_for_bit(eval_doc, larql_bin, inference_vindex, small_set):
