@@ -10,6 +10,10 @@ for the side-by-side. Run from the repository root with the project's venv:
 
     .venv/bin/python bench/edit_compile_llama.py build/edit-eval.vindex --set data/edit_eval/subset100.jsonl \\
         --facts 100 --mode subject --json-out build/edit-compile-llama.json
+
+With --patch F.vlp (e.g. what `larql edit-eval --patch-out` wrote for the same set) the patch is
+applied instead of INSERTing the facts again: a fact none of its insert operations names counts as
+refused.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ def main() -> int:
     ap.add_argument("--larql", default=str(peer.larql_bin()))
     ap.add_argument("-t", "--threads", type=int, default=peer.THREADS)
     ap.add_argument("--json-out")
+    ap.add_argument("--patch", help="apply this patch instead of INSERTing the facts (edit-eval --patch-out)")
     a = ap.parse_args()
 
     recs = [json.loads(x) for x in Path(a.set).read_text().splitlines() if x.strip()]
@@ -51,9 +56,16 @@ def main() -> int:
         probes.append((i, "canonical", f["prompt"], f["target_id"]))
         probes += [(i, "paraphrase", p, f["target_id"]) for p in f["paraphrases"]]
         probes += [(i, "neighbourhood", n["prompt"], n["answer_id"]) for n in f["neighbourhood"]]
-    lines = [f"BEGIN PATCH {lql_str(str(tmp / 'p.vlp'))}"]
-    lines += [f"INSERT INTO EDGES (entity, relation, target) VALUES ({lql_str(f['entity'])}, {lql_str(f['relation'])}, "
-              f"{lql_str(f['target'])}) MODE {a.mode.upper()}" for f in facts]
+    if a.patch:
+        lines = [f"APPLY PATCH {lql_str(str(Path(a.patch).resolve()))}"]
+        ops = json.loads(Path(a.patch).read_text())["operations"]
+        named = {(o.get("entity"), o.get("relation")) for o in ops if o.get("op") == "insert"}
+        n_ins = 0
+    else:
+        lines = [f"BEGIN PATCH {lql_str(str(tmp / 'p.vlp'))}"]
+        lines += [f"INSERT INTO EDGES (entity, relation, target) VALUES ({lql_str(f['entity'])}, {lql_str(f['relation'])}, "
+                  f"{lql_str(f['target'])}) MODE {a.mode.upper()}" for f in facts]
+        n_ins = len(facts)
     lines += [f"INFER {lql_str(p)} TOP 1" for _, _, p, _ in probes]
     lines += [f"COMPILE CURRENT INTO MODEL {lql_str(str(gguf))}"]
     script = tmp / "s.lql"
@@ -65,14 +77,17 @@ def main() -> int:
     r = subprocess.run([a.larql, "lql", a.vindex, "--json", "--keep-going", "-t", str(a.threads), "-f", str(script)],
                        capture_output=True, text=True)
     docs = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
-    inserts = docs[1: 1 + len(facts)]
+    inserts = docs[1: 1 + n_ins]
     refusal = ("invalid_argument", "unsupported")  # what edit-eval counts as refused; anything else is a failure
-    if (r.returncode not in (0, 1) or len(docs) != len(lines) or any("error" in d for d in [docs[0]] + docs[1 + len(facts):])
+    if (r.returncode not in (0, 1) or len(docs) != len(lines) or any("error" in d for d in [docs[0]] + docs[1 + n_ins:])
             or any("error" in d and d.get("kind") not in refusal for d in inserts)):
         print(r.stderr[-3000:], file=sys.stderr)
         return 1
-    refused = [f["id"] for f, d in zip(facts, inserts) if "error" in d]
-    infer = docs[1 + len(facts): 1 + len(facts) + len(probes)]
+    if a.patch:
+        refused = [f["id"] for f in facts if (f["entity"], f["relation"]) not in named]
+    else:
+        refused = [f["id"] for f, d in zip(facts, inserts) if "error" in d]
+    infer = docs[1 + n_ins: 1 + n_ins + len(probes)]
     larql_top1 = [int(dict(zip([c["name"] for c in d["columns"]], d["rows"][0]))["token_id"]) for d in infer]
     secs_larql = time.time() - t0
 
@@ -88,13 +103,14 @@ def main() -> int:
         hits = [t == w for (_, k, _, w), t in zip(probes, top) if k == kind]
         return sum(hits) / len(hits) if hits else float("nan")
 
-    out = {"set": a.set, "facts": len(facts), "mode": a.mode, "refused": refused, "gguf_bytes": gguf.stat().st_size,
+    out = {"set": a.set, "facts": len(facts), "mode": a.mode, "patch": a.patch, "refused": refused, "gguf_bytes": gguf.stat().st_size,
            "larql_seconds": round(secs_larql, 1)}
     for who, top in (("llama_cpp", llama_top1), ("larql", larql_top1)):
         out[who] = {k: round(rate(k, top), 4) for k in ("canonical", "paraphrase", "neighbourhood")}
     agree = [x == y for x, y in zip(llama_top1, larql_top1)]
     out["top1_agreement"] = round(sum(agree) / len(agree), 4)
-    print(f"{len(facts)} facts MODE {a.mode.upper()} in one patch ({len(refused)} refused by INSERT: nothing installed, their "
+    print(f"{len(facts)} facts MODE {a.mode.upper()} in one patch{' (' + a.patch + ')' if a.patch else ''} ({len(refused)} "
+          f"refused by INSERT: nothing installed, their "
           f"prompts scored as they are), "
           f"compiled to GGUF ({out['gguf_bytes'] / 2**20:.1f} MiB):")
     for who in ("llama_cpp", "larql"):
