@@ -109,8 +109,9 @@ def main() -> int:
         out[who] = {k: round(rate(k, top), 4) for k in ("canonical", "paraphrase", "neighbourhood")}
     agree = [x == y for x, y in zip(llama_top1, larql_top1)]
     out["top1_agreement"] = round(sum(agree) / len(agree), 4)
+    why = "not in the patch" if a.patch else "refused by INSERT: nothing installed"
     print(f"{len(facts)} facts MODE {a.mode.upper()} in one patch{' (' + a.patch + ')' if a.patch else ''} ({len(refused)} "
-          f"refused by INSERT: nothing installed, their "
+          f"{why}, their "
           f"prompts scored as they are), "
           f"compiled to GGUF ({out['gguf_bytes'] / 2**20:.1f} MiB):")
     for who in ("llama_cpp", "larql"):
