@@ -12,8 +12,8 @@ for the side-by-side. Run from the repository root with the project's venv:
         --facts 100 --mode subject --json-out build/edit-compile-llama.json
 
 With --patch F.vlp (e.g. what `larql edit-eval --patch-out` wrote for the same set) the patch is
-applied instead of INSERTing the facts again: a fact none of its insert operations names counts as
-refused.
+applied instead of INSERTing the facts again: a fact none of its insert operations names is listed
+in "refused" (printed as not in the patch) and scored as the model stands.
 """
 from __future__ import annotations
 

@@ -376,8 +376,8 @@ class Evaluator {
     j["curve"] = curve;
     const std::string edited = logits_digest(sess_.model("edit-eval"));
     if (!a_.patch_out.empty()) {
-      // SAVE PATCH writes the recording to its temporary name; it is moved to --patch-out after
-      // REMOVE PATCH took it off the stack.
+      // SAVE PATCH writes the recording to its temporary name; it is copied to --patch-out (and
+      // the temporary removed) after REMOVE PATCH took it off the stack.
       lql("SAVE PATCH");
     }
     remove_patch(name);
@@ -385,8 +385,13 @@ class Evaluator {
       // Checked writable before the run; a failure now is reported, not the run's results lost.
       std::error_code ec;
       fs::copy_file(name, a_.patch_out, fs::copy_options::overwrite_existing, ec);
-      if (ec) std::fprintf(stderr, "warning: --patch-out %s: %s (the patch stays at %s)\n", a_.patch_out.c_str(), ec.message().c_str(), name.c_str());
-      else fs::remove(name, ec), j["patch_out"] = a_.patch_out;
+      if (ec) {
+        std::fprintf(stderr, "warning: --patch-out %s: %s (the patch stays at %s)\n", a_.patch_out.c_str(), ec.message().c_str(),
+                     name.c_str());
+      } else {
+        fs::remove(name, ec);
+        j["patch_out"] = a_.patch_out;
+      }
     }
     j["edited_logits_xxh3"] = edited;
     j["remove_patch_logits_xxh3"] = logits_digest(sess_.model("edit-eval"));
